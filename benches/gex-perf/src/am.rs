@@ -140,11 +140,7 @@ enum Role {
 }
 
 /// The `am` job: runs on every rank once the client exists.
-#[derive(Debug)]
-pub(crate) struct AmJob {
-    pub(crate) args: AmArgs,
-    pub(crate) pin: PinMode,
-}
+pub(crate) type AmJob = crate::Run<AmArgs>;
 
 impl AmJob {
     /// The client settings: a segment large enough for the largest Long payload, at
@@ -352,7 +348,7 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
         iters: job.args.iters,
     };
 
-    let reporter = Reporter::new(job.args.json);
+    let reporter = Reporter::new(job.json);
     let provider = crate::report::provider_of(client);
     if me == 0 {
         let mut lines = vec![
@@ -381,7 +377,7 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
                 }
             ),
         ];
-        if job.args.json {
+        if job.json {
             notes.iter().for_each(|n| complain(n));
         } else {
             lines.extend(notes);
@@ -640,7 +636,6 @@ mod tests {
     #[test]
     fn plan_filters_and_limits() {
         let args = AmArgs {
-            json: false,
             quick: false,
             sizes: vec![8, 1 << 20],
             iters: None,

@@ -19,7 +19,6 @@
 //! gex-tune's (`gex_tune::measure`), so gex-perf and gex-tune time cells alike.
 #![allow(unsafe_code)]
 
-use crate::PinMode;
 use crate::report::{Record, Reporter, median};
 use gex::ClientBuilder;
 use gex::coll::{CollExt, OpKind, Opts, Query};
@@ -39,21 +38,51 @@ pub(crate) const OPS: [OpKind; 6] = [
     OpKind::Exchange,
 ];
 
-/// A `coll` run.
-pub(crate) struct CollJob {
-    pub(crate) ops: Vec<OpKind>,
-    /// `None`: the tuner's choice.
-    pub(crate) algorithm: Option<String>,
-    pub(crate) json: bool,
+/// Options of the `coll` benchmark.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct CollArgs {
+    /// Smoke run: sizes 8 B and 4 KiB, short timings.
+    #[arg(long)]
     pub(crate) quick: bool,
-    pub(crate) pin: PinMode,
-    /// Write an SVG plot of latency against size per algorithm here (rank 0).
+    /// Only this operation (repeatable): barrier, broadcast, reduce, allreduce,
+    /// gather_all, exchange. Default: all of them.
+    #[arg(long = "op", value_name = "OP", value_parser = parse_op)]
+    pub(crate) ops: Vec<OpKind>,
+    /// `tuned` (the autotuner's choice, the default), an algorithm name, as
+    /// `gex-info coll` and `CollExt::algorithms` list them (e.g. binomial, knomial4),
+    /// or `all`: the tuner's choice and every fixed algorithm per cell, then a table of
+    /// tuned / best-fixed ratios.
+    #[arg(long, value_name = "ALG", default_value = "tuned")]
+    pub(crate) algorithm: String,
+    /// Also write an SVG plot of latency against size, one chart per operation and
+    /// one line per algorithm measured.
+    #[arg(long, value_name = "FILE")]
     pub(crate) svg: Option<String>,
-    /// Where the buffers live.
+    /// Where the buffers live: `segment` (the default; a PGAS program's shared data:
+    /// `shm` reads blocks of 16 KiB and more straight from the publisher's segment)
+    /// or `private` (heap memory, as MPI benchmarks use: blocks go through the
+    /// shared-memory slots).
+    #[arg(long, value_name = "WHERE", default_value = "segment", value_parser = Placement::parse)]
     pub(crate) buffers: Placement,
-    /// Block sizes (empty: the defaults, [`SIZES`] or [`QUICK_SIZES`]).
+    /// Block sizes per rank, comma separated, K/M/G suffixes allowed (default
+    /// 8,64,512,4K,64K; with --quick 8,4K). The segment grows to hold the largest
+    /// operation's buffers (an exchange's input and output: twice block × ranks).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = crate::parse_size)]
     pub(crate) sizes: Vec<usize>,
 }
+
+fn parse_op(s: &str) -> Result<OpKind, String> {
+    OPS.iter().copied().find(|o| o.name() == s).ok_or_else(|| {
+        let names: Vec<&str> = OPS.iter().map(|o| o.name()).collect();
+        format!(
+            "`{s}` is not an operation gex-perf coll measures ({})",
+            names.join(", ")
+        )
+    })
+}
+
+/// A `coll` run.
+pub(crate) type CollJob = crate::Run<CollArgs>;
 
 /// Block sizes measured by default.
 const SIZES: [usize; 5] = [8, 64, 512, 4096, 65536];
@@ -63,11 +92,25 @@ const QUICK_SIZES: [usize; 2] = [8, 4096];
 const MIN_SEGMENT: usize = 16 << 20;
 
 impl CollJob {
+    /// The operations to measure: the `--op`s, else all of [`OPS`].
+    fn ops(&self) -> &[OpKind] {
+        if self.args.ops.is_empty() {
+            &OPS
+        } else {
+            &self.args.ops
+        }
+    }
+
+    /// The forced algorithm (or `all`); `None`: the tuner's choice.
+    fn algorithm(&self) -> Option<&String> {
+        Some(&self.args.algorithm).filter(|a| a.as_str() != "tuned")
+    }
+
     /// The block sizes to measure.
     fn sizes(&self) -> &[usize] {
-        if !self.sizes.is_empty() {
-            &self.sizes
-        } else if self.quick {
+        if !self.args.sizes.is_empty() {
+            &self.args.sizes
+        } else if self.args.quick {
             &QUICK_SIZES
         } else {
             &SIZES
@@ -119,16 +162,12 @@ struct Point {
 
 fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
-    let neighbours = client.neighbours();
-    let local = neighbours.iter().position(|&x| x == me).unwrap_or(0) as u32;
-    if job.pin != PinMode::Off {
-        crate::pin::pin_to_nth_allowed(local)?;
-    }
+    crate::pin::pin_rank(client, job.pin)?;
     let mut c = client.endpoint(0)?;
     let world = c.world();
-    let all = job.algorithm.as_deref() == Some("all");
-    if let Some(a) = job.algorithm.as_ref().filter(|_| !all) {
-        for &op in &job.ops {
+    let all = job.algorithm().is_some_and(|a| a == "all");
+    if let Some(a) = job.algorithm().filter(|_| !all) {
+        for &op in job.ops() {
             if !c.algorithms(op).iter().any(|x| x == a) {
                 return Err(format!(
                     "{a} is not an algorithm of {} (offered: {})",
@@ -145,19 +184,19 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
             "gex-perf coll: {n} ranks, conduit {}, wait policy {:?}, algorithm {}, buffers {}; value: rank 0's median batch",
             client.conduit_name(),
             client.wait_policy(),
-            job.algorithm.as_deref().unwrap_or("tuned"),
-            job.buffers.name()
+            job.args.algorithm,
+            job.args.buffers.name()
         )]);
     }
-    let (budget, at) = if job.quick {
-        (Budget::QUICK, job.buffers)
+    let (budget, at) = if job.args.quick {
+        (Budget::QUICK, job.args.buffers)
     } else {
-        (Budget::FULL, job.buffers)
+        (Budget::FULL, job.args.buffers)
     };
     let sizes = job.sizes();
     let provider = crate::report::provider_of(client);
     let mut points: Vec<Point> = Vec::new();
-    for &op in &job.ops {
+    for &op in job.ops() {
         for &bytes in if op == OpKind::Barrier {
             &[0][..]
         } else {
@@ -168,7 +207,7 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                 ..Query::plain(op, n, bytes)
             };
             // (label, forced algorithm): the tuner's choice and/or fixed algorithms.
-            let runs: Vec<(String, Option<String>)> = match &job.algorithm {
+            let runs: Vec<(String, Option<String>)> = match job.algorithm() {
                 None => vec![("tuned".into(), None)],
                 Some(_) if all => {
                     let mut v = vec![("tuned".to_string(), None)];
@@ -232,7 +271,7 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                         } else {
                             algorithm
                         }),
-                        buffers: Some(job.buffers.name()),
+                        buffers: Some(job.args.buffers.name()),
                         value,
                         unit: "us",
                         min: Some(lo),
@@ -250,10 +289,10 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
     }
     if me == 0 {
         if all {
-            compare(&points, &job.ops, job.json);
+            compare(&points, job.ops(), job.json);
         }
-        if let Some(path) = &job.svg {
-            std::fs::write(path, plot(&points, &job.ops, n, C::NAME))
+        if let Some(path) = &job.args.svg {
+            std::fs::write(path, plot(&points, job.ops(), n, C::NAME))
                 .map_err(|e| format!("{path}: {e}"))?;
         }
     }

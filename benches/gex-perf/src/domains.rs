@@ -48,16 +48,10 @@ pub(crate) struct DomainsArgs {
     /// those past endpoint 0 at run time.
     #[arg(long)]
     pub(crate) at_init: bool,
-    /// One JSON object per line.
-    #[arg(long)]
-    pub(crate) json: bool,
 }
 
 /// A `domains` run.
-pub(crate) struct DomainsJob {
-    pub(crate) args: DomainsArgs,
-    pub(crate) pin: PinMode,
-}
+pub(crate) type DomainsJob = crate::Run<DomainsArgs>;
 
 impl DomainsJob {
     /// Default layers, with as many endpoints as the largest N made at init
@@ -146,7 +140,7 @@ fn run<C: Conduit>(job: &DomainsJob, client: &Client<C>) -> Res<()> {
     }
     let cores = crate::pin::allowed_cores()?;
     let secs = Duration::from_secs_f64(job.args.seconds.clamp(0.01, 3600.0));
-    let rep = Reporter::new(job.args.json);
+    let rep = Reporter::new(job.json);
     if me == 0 {
         rep.header(&[format!(
             "gex-perf domains: {} rank(s), conduit {}, {} core(s), window {}, endpoints past 0 made {}",

@@ -85,6 +85,11 @@ struct Cli {
     /// Never pin: leave placement to the kernel (see --pin).
     #[arg(long, global = true)]
     no_pin: bool,
+    /// One JSON object per line instead of the table (keys: name, size, ranks, conduit,
+    /// value, unit, min, max, ranks_as, threads_per_process; some tests add provider,
+    /// algorithm and buffers).
+    #[arg(long, global = true)]
+    json: bool,
     /// What to measure.
     #[command(subcommand)]
     cmd: Cmd,
@@ -107,21 +112,21 @@ enum Cmd {
     /// put_fence_lat and put_val_fence_lat (µs, 8 B: a put then a full barrier, as
     /// OpenSHMEM's put + quiet) and put_bw (GB/s) for 1 KiB..64 MiB; rank 0 reports its
     /// own pair.
-    Put(RmaArgs),
+    Put(rma::RmaArgs),
     /// One-sided gets (gex-rma): get_lat (µs) for 8 B..4 KiB and get_bw (GB/s).
-    Get(RmaArgs),
+    Get(rma::RmaArgs),
     /// Remote atomics (gex-rma, u64 domain): atomic_fadd_lat (µs per blocking fetch-add
     /// to the peer's word, a round trip) and atomic_fadd_rate (Mop/s, NBI fetch-adds
     /// back to back, one sync per batch); rank 0 reports its own pair.
-    Atomic(RmaArgs),
+    Atomic(rma::RmaArgs),
     /// The barrier (the collectives layer's, on the world team) over every rank, back
     /// to back: barrier_lat (µs).
-    Barrier(RmaArgs),
+    Barrier(rma::RmaArgs),
     /// Collectives (gex-coll) on the world team: `coll_<op>_lat` (µs per call, rank 0's
     /// median batch) for barrier, broadcast, reduce, allreduce, gather_all and exchange
     /// with u8 blocks of 8 B..64 KiB per rank; each line names the algorithm (the
     /// tuner's choice, or the one forced with --algorithm).
-    Coll(CollArgs),
+    Coll(coll::CollArgs),
     /// Progress while a rank computes: rank 1 computes --compute-ms (10) without
     /// calling gex while rank 0 times an 8-byte get on the active-message path;
     /// progress_get_lat (µs) and the target's progress_compute_ms, labelled `thread`
@@ -183,93 +188,9 @@ enum Cmd {
     Overlap(overlap::OverlapArgs),
 }
 
-/// Options of the `coll` benchmark.
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct CollArgs {
-    /// One JSON object per line (keys as for the other tests, plus `algorithm`).
-    #[arg(long)]
-    json: bool,
-    /// Smoke run: sizes 8 B and 4 KiB, short timings.
-    #[arg(long)]
-    quick: bool,
-    /// Only this operation (repeatable): barrier, broadcast, reduce, allreduce,
-    /// gather_all, exchange. Default: all of them.
-    #[arg(long = "op", value_name = "OP", value_parser = parse_op)]
-    ops: Vec<gex_coll::OpKind>,
-    /// `tuned` (the autotuner's choice, the default), an algorithm name, as
-    /// `gex-info coll` and `CollExt::algorithms` list them (e.g. binomial, knomial4),
-    /// or `all`: the tuner's choice and every fixed algorithm per cell, then a table of
-    /// tuned / best-fixed ratios.
-    #[arg(long, value_name = "ALG", default_value = "tuned")]
-    algorithm: String,
-    /// Also write an SVG plot of latency against size, one chart per operation and
-    /// one line per algorithm measured.
-    #[arg(long, value_name = "FILE")]
-    svg: Option<String>,
-    /// Where the buffers live: `segment` (the default; a PGAS program's shared data:
-    /// `shm` reads blocks of 16 KiB and more straight from the publisher's segment)
-    /// or `private` (heap memory, as MPI benchmarks use: blocks go through the
-    /// shared-memory slots).
-    #[arg(long, value_name = "WHERE", default_value = "segment", value_parser = parse_placement)]
-    buffers: gex_tune::measure::Placement,
-    /// Block sizes per rank, comma separated, K/M/G suffixes allowed (default
-    /// 8,64,512,4K,64K; with --quick 8,4K). The segment grows to hold the largest
-    /// operation's buffers (an exchange's input and output: twice block × ranks).
-    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_size)]
-    sizes: Vec<usize>,
-}
-
-fn parse_placement(s: &str) -> Result<gex_tune::measure::Placement, String> {
-    match s {
-        "segment" => Ok(gex_tune::measure::Placement::Segment),
-        "private" => Ok(gex_tune::measure::Placement::Private),
-        _ => Err(format!("`{s}` is not a placement (segment, private)")),
-    }
-}
-
-fn parse_op(s: &str) -> Result<gex_coll::OpKind, String> {
-    coll::OPS
-        .iter()
-        .copied()
-        .find(|o| o.name() == s)
-        .ok_or_else(|| {
-            let names: Vec<&str> = coll::OPS.iter().map(|o| o.name()).collect();
-            format!(
-                "`{s}` is not an operation gex-perf coll measures ({})",
-                names.join(", ")
-            )
-        })
-}
-
-/// Options of the `put`, `get`, `atomic` and `barrier` benchmarks.
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct RmaArgs {
-    /// One JSON object per line (keys: name, size, ranks, conduit, value, unit, min, max,
-    /// ranks_as, threads_per_process).
-    #[arg(long)]
-    json: bool,
-    /// Smoke run: few sizes, short timings.
-    #[arg(long)]
-    quick: bool,
-    /// `put` only: also report `am_short_rtt` (µs) measured in the same process, in
-    /// batches alternating with those of an 8-byte blocking `put_lat_8_alt` (µs), so
-    /// the AM-reference put can be compared with an AM round trip under the same load.
-    #[arg(long)]
-    am_ref: bool,
-    /// `put` / `get` only: transfer sizes, comma separated, K/M/G suffixes allowed
-    /// (e.g. 8,1M); latency is measured for those of 8 B..4 KiB, bandwidth for those of
-    /// 1 KiB..64 MiB (default: all of both ranges).
-    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_size)]
-    sizes: Vec<usize>,
-}
-
 /// Options of the `am` benchmarks.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct AmArgs {
-    /// One JSON object per line (keys: name, size, ranks, conduit, value, unit, min, max,
-    /// ranks_as, threads_per_process).
-    #[arg(long)]
-    pub(crate) json: bool,
     /// Smoke run: few sizes, short timings (a few seconds in all).
     #[arg(long)]
     pub(crate) quick: bool,
@@ -287,6 +208,33 @@ pub(crate) struct AmArgs {
     /// Run only this test (repeatable); default: all.
     #[arg(long = "test", value_name = "NAME")]
     pub(crate) tests: Vec<TestName>,
+}
+
+/// A benchmark's run: its subcommand's options and the global ones it reads. Each
+/// benchmark module gives its own `Run<Args>` a `builder` (the client it needs) and
+/// implements [`gex::Job`] for it (`rank_job!`).
+#[derive(Debug)]
+pub(crate) struct Run<A> {
+    /// The subcommand's options.
+    pub(crate) args: A,
+    /// Whether ranks pin themselves to a core.
+    pub(crate) pin: PinMode,
+    /// `--json`: JSON lines instead of the table.
+    pub(crate) json: bool,
+}
+
+/// The options `soak` and `storm` share (their random runs, all verified).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct VerifiedArgs {
+    /// Seed of every generator (a rank's own draws mix in the rank; the same seed
+    /// draws the same operations).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Test aid: flip one byte of every 16th payload (soak: Medium payloads) after its
+    /// pattern was written or its checksum taken, so the checks must report errors
+    /// (the run then fails).
+    #[arg(long, hide = true)]
+    pub(crate) corrupt: bool,
 }
 
 /// Whether ranks pin themselves to a core.
@@ -379,28 +327,42 @@ pub(crate) fn complain(msg: &str) {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
-/// Endpoint 0 of `client` and its world team, for the benchmark `what`, which needs
-/// 2 ranks or more.
+/// The result of a benchmark's rank.
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Endpoint 0 of `client` and its world team, with this rank's thread pinned as `pin`
+/// says ([`pin::pin_rank`]).
 ///
 /// # Errors
-/// A job of one rank, or the endpoint's error.
+/// The endpoint's error, or pinning's.
+pub(crate) fn rank_endpoint<C: gex::spi::Conduit>(
+    client: &gex::core::Client<C>,
+    pin: PinMode,
+) -> Res<(gex::core::OwnedEndpoint<C>, gex::core::Team)> {
+    let ep = client.endpoint(0)?;
+    let world = ep.world();
+    pin::pin_rank(client, pin)?;
+    Ok((ep, world))
+}
+
+/// [`rank_endpoint`] for the benchmark `what`, which needs 2 ranks or more.
+///
+/// # Errors
+/// A job of one rank, or as [`rank_endpoint`].
 pub(crate) fn two_or_more<C: gex::spi::Conduit>(
     client: &gex::core::Client<C>,
     what: &str,
-) -> Result<(gex::core::OwnedEndpoint<C>, gex::core::Team), Box<dyn std::error::Error>> {
+    pin: PinMode,
+) -> Res<(gex::core::OwnedEndpoint<C>, gex::core::Team)> {
     if client.size() < 2 {
         return Err(format!("{what} needs at least 2 ranks").into());
     }
-    let ep = client.endpoint(0)?;
-    let world = ep.world();
-    Ok((ep, world))
+    rank_endpoint(client, pin)
 }
 
 /// The collectives layer's barrier over every rank of `ep`'s job (separates test
 /// points and phases).
-pub(crate) fn world_barrier<C: gex::spi::Conduit>(
-    ep: &mut gex::core::Endpoint<C>,
-) -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) fn world_barrier<C: gex::spi::Conduit>(ep: &mut gex::core::Endpoint<C>) -> Res<()> {
     use gex::coll::CollExt;
     let world = ep.world();
     ep.barrier(&world)?;
@@ -530,95 +492,46 @@ fn run_rank(
     boot: Box<dyn gex::boot::Bootstrap>,
     conduit: Option<&str>,
     pin: PinMode,
+    json: bool,
 ) -> Result<RankEnd, gex::InitError> {
+    // Every benchmark's job makes its client with the builder it describes.
+    macro_rules! init {
+        ($job:expr) => {{
+            let job = $job;
+            gex::init_with_boot(job.builder(), boot, conduit, job)
+        }};
+    }
+    let rma_job = |family, args| rma::RmaJob {
+        family,
+        args,
+        pin,
+        json,
+    };
     match cmd {
-        Cmd::Am(args) => {
-            let job = am::AmJob { args, pin };
-            gex::init_with_boot(job.builder(), boot, conduit, job)
-        }
-        cmd @ (Cmd::Put(_) | Cmd::Get(_) | Cmd::Atomic(_) | Cmd::Barrier(_)) => {
-            let (family, a) = match cmd {
-                Cmd::Put(a) => (rma::Family::Put, a),
-                Cmd::Get(a) => (rma::Family::Get, a),
-                Cmd::Atomic(a) => (rma::Family::Atomic, a),
-                Cmd::Barrier(a) => (rma::Family::Barrier, a),
-                Cmd::Am(_)
-                | Cmd::Coll(_)
-                | Cmd::Progress(_)
-                | Cmd::Overlap(_)
-                | Cmd::Soak(_)
-                | Cmd::Storm(_)
-                | Cmd::Msg(_)
-                | Cmd::Domains(_) => {
-                    unreachable!("matched above")
-                }
-            };
-            let job = rma::RmaJob {
-                family,
-                json: a.json,
-                quick: a.quick,
-                am_ref: a.am_ref,
-                sizes: a.sizes,
-                pin,
-            };
-            gex::init_with_boot(job.builder(), boot, conduit, job)
-        }
-        Cmd::Soak(args) => {
-            let job = soak::SoakJob { args, pin };
-            gex::init_with_boot(job.builder(), boot, conduit, job)
-        }
-        Cmd::Storm(args) => {
-            let job = storm::StormJob { args, pin };
-            gex::init_with_boot(job.builder(), boot, conduit, job)
-        }
-        Cmd::Msg(args) => {
-            let job = msg::MsgJob { args, pin };
-            gex::init_with_boot(job.builder(), boot, conduit, job)
-        }
-        Cmd::Domains(args) => {
-            let job = domains::DomainsJob { args, pin };
-            gex::init_with_boot(job.builder(), boot, conduit, job)
-        }
-        Cmd::Overlap(args) => {
-            let job = overlap::OverlapJob { args, pin };
-            gex::init_with_boot(job.builder(), boot, conduit, job)
-        }
-        Cmd::Progress(args) => {
-            let job = progress::ProgressJob { args, pin };
-            gex::init_with_boot(job.builder(), boot, conduit, job)
-        }
-        Cmd::Coll(a) => {
-            let job = coll::CollJob {
-                ops: if a.ops.is_empty() {
-                    coll::OPS.to_vec()
-                } else {
-                    a.ops
-                },
-                algorithm: (a.algorithm != "tuned").then_some(a.algorithm),
-                json: a.json,
-                quick: a.quick,
-                pin,
-                svg: a.svg,
-                buffers: a.buffers,
-                sizes: a.sizes,
-            };
-            gex::init_with_boot(job.builder(), boot, conduit, job)
-        }
+        Cmd::Am(args) => init!(Run { args, pin, json }),
+        Cmd::Put(args) => init!(rma_job(rma::Family::Put, args)),
+        Cmd::Get(args) => init!(rma_job(rma::Family::Get, args)),
+        Cmd::Atomic(args) => init!(rma_job(rma::Family::Atomic, args)),
+        Cmd::Barrier(args) => init!(rma_job(rma::Family::Barrier, args)),
+        Cmd::Coll(args) => init!(Run { args, pin, json }),
+        Cmd::Progress(args) => init!(Run { args, pin, json }),
+        Cmd::Soak(args) => init!(Run { args, pin, json }),
+        Cmd::Storm(args) => init!(Run { args, pin, json }),
+        Cmd::Msg(args) => init!(Run { args, pin, json }),
+        Cmd::Domains(args) => init!(Run { args, pin, json }),
+        Cmd::Overlap(args) => init!(Run { args, pin, json }),
     }
 }
 
 fn main() -> ExitCode {
     shift_heap();
     let cli = Cli::parse();
-    // Refuse an unknown conduit before launching anything.
-    let conduit = match gex::select_conduit(cli.conduit.as_deref()) {
-        Ok(_) if cli.conduit.is_some() => cli.conduit.clone(),
-        Ok(_) => None,
-        Err(e) => {
-            complain(&e.to_string());
-            return ExitCode::from(2);
-        }
-    };
+    // Refuse an unknown conduit (`--conduit`, else GEX_CONDUIT) before launching
+    // anything.
+    if let Err(e) = gex::select_conduit(cli.conduit.as_deref()) {
+        complain(&e.to_string());
+        return ExitCode::from(2);
+    }
     let threads = match threads_wanted(&cli) {
         Ok(t) => t,
         Err(e) => {
@@ -651,7 +564,7 @@ fn main() -> ExitCode {
     };
     let Some(t) = threads else {
         let rank = boot.rank();
-        return match run_rank(cli.cmd, boot, conduit.as_deref(), pin) {
+        return match run_rank(cli.cmd, boot, cli.conduit.as_deref(), pin, cli.json) {
             Ok(Ok(())) => ExitCode::SUCCESS,
             Ok(Err(_)) => ExitCode::FAILURE,
             Err(e) => {
@@ -670,7 +583,13 @@ fn main() -> ExitCode {
     let ends = job.run(|tb| {
         use gex::boot::Bootstrap as _;
         let (job, rank) = (tb.job().clone(), tb.rank());
-        match run_rank(cli.cmd.clone(), Box::new(tb), conduit.as_deref(), pin) {
+        match run_rank(
+            cli.cmd.clone(),
+            Box::new(tb),
+            cli.conduit.as_deref(),
+            pin,
+            cli.json,
+        ) {
             Ok(end) => end.is_ok(),
             Err(e) => {
                 // Release the other thread ranks of this process, which may wait for

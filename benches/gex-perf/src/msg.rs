@@ -26,9 +26,9 @@
 //! that negligible. Each point: warm-up (which sizes the batches), then 7 (`--quick`:
 //! 3) timed batches; value = median batch, min/max = extreme batches.
 
+use crate::complain;
 use crate::report::{Record, Reporter};
 use crate::world_barrier as barrier;
-use crate::{PinMode, complain};
 use gex::core::{Client, Endpoint};
 use gex::msg::{Comm, MsgExt};
 use gex::spi::Conduit;
@@ -50,10 +50,6 @@ const W: Comm = Comm::WORLD;
 /// Options of the `msg` benchmark.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct MsgArgs {
-    /// One JSON object per line (keys: name, size, ranks, conduit, value, unit, min,
-    /// max, ranks_as, threads_per_process).
-    #[arg(long)]
-    pub(crate) json: bool,
     /// Smoke run: sizes 8 B, 4 KiB and 64 KiB (one rendezvous size), short timings.
     #[arg(long)]
     pub(crate) quick: bool,
@@ -64,10 +60,7 @@ pub(crate) struct MsgArgs {
 }
 
 /// A `msg` run.
-pub(crate) struct MsgJob {
-    pub(crate) args: MsgArgs,
-    pub(crate) pin: PinMode,
-}
+pub(crate) type MsgJob = crate::Run<MsgArgs>;
 
 impl MsgJob {
     /// The default layers (gex-perf builds the facade with `msg`: gex-msg is one).
@@ -86,14 +79,6 @@ impl MsgJob {
         v.sort_unstable();
         v.dedup();
         v
-    }
-
-    fn timing(&self) -> (Duration, u32) {
-        if self.args.quick {
-            (Duration::from_millis(4), 3)
-        } else {
-            (Duration::from_millis(50), 7)
-        }
     }
 }
 
@@ -311,13 +296,12 @@ fn anysource<C: Conduit>(
 
 fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
-    let mut ep = client.endpoint(0)?;
-    crate::pin::pin_rank(client, job.pin)?;
+    let (mut ep, _) = crate::rank_endpoint(client, job.pin)?;
     let sizes = job.sizes();
     let most = sizes.iter().copied().max().unwrap_or(8).max(8);
     let mut b = Bufs::new(most);
-    let (batch, count) = job.timing();
-    let reporter = Reporter::new(job.args.json);
+    let (batch, count) = crate::rma::timing(job.args.quick, Duration::from_millis(50));
+    let reporter = Reporter::new(job.json);
     if me == 0 {
         let mut lines = vec![
             format!(
@@ -334,7 +318,7 @@ fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
             lines.push("msg_anysource_rate skipped: needs at least 3 ranks".into());
         }
         reporter.header(&lines);
-        if n < 3 && job.args.json {
+        if n < 3 && job.json {
             complain("msg_anysource_rate skipped: needs at least 3 ranks");
         }
     }

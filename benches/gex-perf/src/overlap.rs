@@ -22,7 +22,6 @@
 //!   equal / variable per round; `overlap_strip_variable` (bytes): the variable plan's
 //!   first strip, with the number of strips in `min`/`max`.
 
-use crate::PinMode;
 use crate::overlap_delta::Kernel;
 use crate::report::{Record, Reporter};
 use gex::coll::CollExt;
@@ -38,9 +37,6 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// Options of the `overlap` benchmark.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct OverlapArgs {
-    /// One JSON object per line (keys as for the other tests).
-    #[arg(long)]
-    pub(crate) json: bool,
     /// Bytes per get (K/M suffixes allowed).
     #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = crate::parse_size)]
     pub(crate) size: usize,
@@ -109,10 +105,7 @@ impl KernelArg {
 pub(crate) type OverlapLayers = (crate::Layers, gex::overlap::Overlap);
 
 /// An `overlap` run.
-pub(crate) struct OverlapJob {
-    pub(crate) args: OverlapArgs,
-    pub(crate) pin: PinMode,
-}
+pub(crate) type OverlapJob = crate::Run<OverlapArgs>;
 
 impl OverlapJob {
     /// gex-perf's layers plus gex-overlap; a segment holding the source.
@@ -162,9 +155,8 @@ fn stream(data: &[u8], page: usize, work: u64) -> u64 {
 
 /// The halo kernel (`crate::overlap_halo`).
 fn run_halo<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
-    let (mut ep, _) = crate::two_or_more(client, "the halo kernel")?;
-    crate::pin::pin_rank(client, job.pin)?;
-    crate::overlap_halo::run(&job.args, client, &mut ep)
+    let (mut ep, _) = crate::two_or_more(client, "the halo kernel", job.pin)?;
+    crate::overlap_halo::run(&job.args, &Reporter::new(job.json), client, &mut ep)
 }
 
 /// Seed 001's kernels (`crate::overlap_delta`), one after the other.
@@ -172,20 +164,18 @@ fn run_delta<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
     if client.size() < 2 {
         return Err("the delta kernels need at least 2 ranks".into());
     }
-    let mut ep = client.endpoint(0)?;
-    crate::pin::pin_rank(client, job.pin)?;
+    let (mut ep, _) = crate::rank_endpoint(client, job.pin)?;
     let mut args = job.args.clone();
     args.fraction = args.fraction.max(1);
     for k in job.args.kernel.delta_kernels() {
-        crate::overlap_delta::run(&args, k, client, &mut ep)?;
+        crate::overlap_delta::run(&args, &Reporter::new(job.json), k, client, &mut ep)?;
     }
     Ok(())
 }
 
 fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
-    let (mut ep, world) = crate::two_or_more(client, "overlap")?;
-    crate::pin::pin_rank(client, job.pin)?;
+    let (mut ep, world) = crate::two_or_more(client, "overlap", job.pin)?;
     let len = job.args.size;
     let work = job.args.work.unwrap_or(64);
     let page = 4096;
@@ -248,7 +238,7 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
     }
     ep.barrier(&world)?;
     if me == 0 {
-        let rep = Reporter::new(job.args.json);
+        let rep = Reporter::new(job.json);
         rep.header(&[format!(
             "gex-perf overlap: {n} ranks, conduit {}, {} B get then {} steps per page of use; value: median of {} rounds",
             client.conduit_name(),

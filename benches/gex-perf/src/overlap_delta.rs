@@ -199,6 +199,16 @@ fn brecv<C: Conduit>(ep: &mut Endpoint<C>, k: usize, out: &mut [u8], seq: u64) -
     Ok(())
 }
 
+/// What every round of a kernel runs with: the kernel, `--work` steps per page,
+/// `--fraction` (`pair`) and the page size.
+#[derive(Clone, Copy)]
+struct Cfg {
+    kernel: Kernel,
+    work: u64,
+    fraction: usize,
+    pg: usize,
+}
+
 /// A rank's state for one kernel: its delta buffers and windows, its plain buffers.
 struct State {
     tx: DeltaBuf,
@@ -216,9 +226,10 @@ fn tree(me: u32, n: u32) -> (Vec<u32>, Option<u32>) {
     (kids, (me > 0).then(|| (me - 1) / 2))
 }
 
-/// Runs `kernel` for the warm-up round and `--rounds` rounds; rank 0 reports.
+/// Runs `kernel` for the warm-up round and `--rounds` rounds; rank 0 reports to `rep`.
 pub(crate) fn run<C: Conduit>(
     args: &OverlapArgs,
+    rep: &Reporter,
     kernel: Kernel,
     client: &Client<C>,
     ep: &mut Endpoint<C>,
@@ -259,6 +270,12 @@ pub(crate) fn run<C: Conduit>(
     ep.barrier(&world)?;
     let (mut blocking, mut delta, mut speedup) = (Vec::new(), Vec::new(), Vec::new());
     let mut seq = 0u64;
+    let cfg = Cfg {
+        kernel,
+        work,
+        fraction: args.fraction as usize,
+        pg,
+    };
     for round in 0..=args.rounds {
         let mut times = [0.0f64; 2];
         let mut sums = [0u64; 2];
@@ -271,18 +288,9 @@ pub(crate) fn run<C: Conduit>(
             ep.barrier(&world)?;
             let t0 = Instant::now();
             let sum = if use_delta {
-                run_delta(kernel, ep, &mut st, round, work, args.fraction as usize, pg)?
+                run_delta(ep, &mut st, cfg, round)?
             } else {
-                run_blocking(
-                    kernel,
-                    ep,
-                    &mut st,
-                    round,
-                    work,
-                    args.fraction as usize,
-                    pg,
-                    &mut seq,
-                )?
+                run_blocking(ep, &mut st, cfg, round, &mut seq)?
             };
             let ns = t0.elapsed().as_nanos() as u64;
             let slowest =
@@ -308,7 +316,6 @@ pub(crate) fn run<C: Conduit>(
     }
     ep.barrier(&world)?;
     if me == 0 {
-        let rep = Reporter::new(args.json);
         rep.header(&[format!(
             "gex-perf overlap --kernel {kernel:?}: {n} ranks, conduit {}, {len} B buffers, {work} steps per page, {} tracking; value: median of {} rounds",
             client.conduit_name(),
@@ -336,33 +343,35 @@ fn pair_pages(len: usize, pg: usize, round: u32, fraction: usize) -> std::ops::R
     start..start + n
 }
 
-#[allow(clippy::too_many_arguments)]
+/// `pair`'s update of page `p` of `buf` in `round` (rank 0's stage); the page's end.
+fn pair_update(buf: &mut [u8], p: usize, round: u32, cfg: Cfg) -> usize {
+    let end = ((p + 1) * cfg.pg).min(buf.len());
+    stage(
+        seed(0, round),
+        p * cfg.pg,
+        &[],
+        &mut buf[p * cfg.pg..end],
+        cfg.work,
+    );
+    end
+}
+
 fn run_blocking<C: Conduit>(
-    kernel: Kernel,
     ep: &mut Endpoint<C>,
     st: &mut State,
+    cfg: Cfg,
     round: u32,
-    work: u64,
-    fraction: usize,
-    pg: usize,
     seq: &mut u64,
 ) -> Res<u64> {
     let (me, n) = (ep.addr().rank, ep.world().size());
     let len = st.plain.len();
     *seq += 1;
     let s = *seq;
-    match kernel {
+    match cfg.kernel {
         Kernel::Pair => {
             if me == 0 {
-                for p in pair_pages(len, pg, round, fraction) {
-                    let end = ((p + 1) * pg).min(len);
-                    stage(
-                        seed(0, round),
-                        p * pg,
-                        &[],
-                        &mut st.plain[p * pg..end],
-                        work,
-                    );
+                for p in pair_pages(len, cfg.pg, round, cfg.fraction) {
+                    pair_update(&mut st.plain, p, round, cfg);
                 }
                 bsend(ep, 1, 2, &st.plain, s)?;
             } else if me == 1 {
@@ -374,10 +383,10 @@ fn run_blocking<C: Conduit>(
         Kernel::Cascade => {
             let sd = seed(me, round);
             if me == 0 {
-                stage(sd, 0, &[], &mut st.plain, work);
+                stage(sd, 0, &[], &mut st.plain, cfg.work);
             } else {
                 brecv(ep, 2, &mut st.ins[0], s)?;
-                stage(sd, 0, &[&st.ins[0]], &mut st.plain, work);
+                stage(sd, 0, &[&st.ins[0]], &mut st.plain, cfg.work);
             }
             if me + 1 < n {
                 bsend(ep, me + 1, 2, &st.plain, s)?;
@@ -391,10 +400,10 @@ fn run_blocking<C: Conduit>(
             for step in 0..n {
                 let sd = seed(me, round * n + step);
                 if step == 0 {
-                    stage(sd, 0, &[], &mut st.plain, work);
+                    stage(sd, 0, &[], &mut st.plain, cfg.work);
                 } else {
                     brecv(ep, 2, &mut st.ins[0], base + u64::from(step))?;
-                    stage(sd, 0, &[&st.ins[0]], &mut st.plain, work);
+                    stage(sd, 0, &[&st.ins[0]], &mut st.plain, cfg.work);
                 }
                 if step + 1 < n {
                     bsend(ep, right, 2, &st.plain, base + u64::from(step) + 1)?;
@@ -408,7 +417,7 @@ fn run_blocking<C: Conduit>(
                 brecv(ep, 2 + k, &mut st.ins[k], s)?;
             }
             let ins: Vec<&[u8]> = st.ins[..kids.len()].iter().map(|v| &v[..]).collect();
-            stage(seed(me, round), 0, &ins, &mut st.plain, work);
+            stage(seed(me, round), 0, &ins, &mut st.plain, cfg.work);
             if let Some(p) = parent {
                 bsend(ep, p, 2 + ((me - 1) % 2) as usize, &st.plain, s)?;
             }
@@ -417,40 +426,52 @@ fn run_blocking<C: Conduit>(
     }
 }
 
-fn run_delta<C: Conduit>(
-    kernel: Kernel,
+/// A relay stage of `cascade` and `reduce`: computes from every input window of `st`
+/// into its delta buffer (`work` steps per page, seeded by `sd`), sent to `to` chunk by
+/// chunk as computed; the checksum of what was sent.
+fn relay<C: Conduit>(
     ep: &mut Endpoint<C>,
     st: &mut State,
-    round: u32,
+    to: GlobalPtr<u8>,
+    sd: u64,
     work: u64,
-    fraction: usize,
-    pg: usize,
 ) -> Res<u64> {
+    ep.delta_send_begin(&mut st.tx, to)?;
+    let ins: Vec<&DeltaRecv> = st.rx.iter().collect();
+    ep.delta_relay(&ins, &mut st.tx, 0, |a, i, o| stage(sd, a, i, o, work))?;
+    ep.delta_end(&mut st.tx)?;
+    let sum = checksum(&st.tx);
+    ep.delta_wait(&mut st.tx)?;
+    Ok(sum)
+}
+
+fn run_delta<C: Conduit>(ep: &mut Endpoint<C>, st: &mut State, cfg: Cfg, round: u32) -> Res<u64> {
     let (me, n) = (ep.addr().rank, ep.world().size());
     let len = st.tx.len();
     // The end of a chain or the root of a tree computes locally from its inputs,
     // chunk by chunk as their pages arrive.
     let local = |st: &mut State, sd: u64| {
-        let chunk = 16 * pg;
+        let chunk = 16 * cfg.pg;
         let mut at = 0;
         while at < len {
             let end = (at + chunk).min(len);
             let ins: Vec<&[u8]> = st.rx.iter().map(|r| &r[at..end]).collect();
-            stage(sd, at, &ins, &mut st.local[at..end], work);
+            stage(sd, at, &ins, &mut st.local[at..end], cfg.work);
             at = end;
         }
         checksum(&st.local)
     };
-    match kernel {
+    match cfg.kernel {
         Kernel::Pair => {
             if me == 0 {
                 ep.delta_send_begin(&mut st.tx, at(1, 0, len))?;
                 let mut since_flush = 0;
-                for p in pair_pages(len, pg, round, fraction) {
-                    let end = ((p + 1) * pg).min(len);
-                    stage(seed(0, round), p * pg, &[], &mut st.tx[p * pg..end], work);
+                for p in pair_pages(len, cfg.pg, round, cfg.fraction) {
+                    let end = pair_update(&mut st.tx, p, round, cfg);
                     match st.tx.mode() {
-                        Tracking::Annotated => ep.delta_mark(&mut st.tx, p * pg, end - p * pg)?,
+                        Tracking::Annotated => {
+                            ep.delta_mark(&mut st.tx, p * cfg.pg, end - p * cfg.pg)?
+                        }
                         Tracking::OsTriggered => {
                             since_flush += 1;
                             if since_flush == 4 {
@@ -476,13 +497,7 @@ fn run_delta<C: Conduit>(
             if me + 1 == n {
                 return Ok(local(st, sd));
             }
-            ep.delta_send_begin(&mut st.tx, at(me + 1, 0, len))?;
-            let ins: Vec<&DeltaRecv> = st.rx.iter().collect();
-            ep.delta_relay(&ins, &mut st.tx, 0, |a, i, o| stage(sd, a, i, o, work))?;
-            ep.delta_end(&mut st.tx)?;
-            let sum = checksum(&st.tx);
-            ep.delta_wait(&mut st.tx)?;
-            Ok(sum)
+            relay(ep, st, at(me + 1, 0, len), sd, cfg.work)
         }
         Kernel::Ring => {
             let right = (me + 1) % n;
@@ -499,7 +514,7 @@ fn run_delta<C: Conduit>(
                 } else {
                     st.rx.iter().collect()
                 };
-                ep.delta_relay(&ins, &mut st.tx, 0, |a, i, o| stage(sd, a, i, o, work))?;
+                ep.delta_relay(&ins, &mut st.tx, 0, |a, i, o| stage(sd, a, i, o, cfg.work))?;
                 ep.delta_end(&mut st.tx)?;
                 // Left's output of this step, the input of the next.
                 ep.delta_recv(&mut st.rx[0])?;
@@ -515,13 +530,7 @@ fn run_delta<C: Conduit>(
             let Some(p) = parent else {
                 return Ok(local(st, sd));
             };
-            ep.delta_send_begin(&mut st.tx, at(p, ((me - 1) % 2) as usize, len))?;
-            let ins: Vec<&DeltaRecv> = st.rx.iter().collect();
-            ep.delta_relay(&ins, &mut st.tx, 0, |a, i, o| stage(sd, a, i, o, work))?;
-            ep.delta_end(&mut st.tx)?;
-            let sum = checksum(&st.tx);
-            ep.delta_wait(&mut st.tx)?;
-            Ok(sum)
+            relay(ep, st, at(p, ((me - 1) % 2) as usize, len), sd, cfg.work)
         }
     }
 }

@@ -94,8 +94,11 @@ fn step<C: Conduit>(
     Ok(())
 }
 
+/// Runs the halo kernel for the warm-up round and `--rounds` rounds; rank 0 reports
+/// to `rep`.
 pub(crate) fn run<C: Conduit>(
     args: &OverlapArgs,
+    rep: &Reporter,
     client: &Client<C>,
     ep: &mut Endpoint<C>,
 ) -> Res<()> {
@@ -127,7 +130,6 @@ pub(crate) fn run<C: Conduit>(
     if me != 0 {
         return Ok(());
     }
-    let rep = Reporter::new(args.json);
     rep.header(&[format!(
         "gex-perf overlap --kernel halo: {n} ranks, conduit {}, {} puts of {} B per neighbour per iteration, {iters} iterations per round; value: median of {} rounds",
         client.conduit_name(),

@@ -26,7 +26,6 @@
 //!
 //! Every got value is checked against the round number the target wrote.
 
-use crate::PinMode;
 use crate::report::{Record, Reporter};
 use gex::coll::CollExt;
 use gex::core::Client;
@@ -40,10 +39,6 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// Options of the `progress` benchmark.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ProgressArgs {
-    /// One JSON object per line (keys as for the other tests; `algorithm` is
-    /// `thread` or `no-thread`).
-    #[arg(long)]
-    pub(crate) json: bool,
     /// Start a progress thread on every rank (the builder option; GEX_PROGRESS_THREAD=1
     /// does the same).
     #[arg(long)]
@@ -57,10 +52,7 @@ pub(crate) struct ProgressArgs {
 }
 
 /// A `progress` run.
-pub(crate) struct ProgressJob {
-    pub(crate) args: ProgressArgs,
-    pub(crate) pin: PinMode,
-}
+pub(crate) type ProgressJob = crate::Run<ProgressArgs>;
 
 impl ProgressJob {
     /// Default layers, the AM path forced for RMA, the progress thread as asked.
@@ -105,10 +97,9 @@ fn compute_for(d: Duration) -> (Duration, u64) {
 
 fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
-    let (mut ep, world) = crate::two_or_more(client, "progress")?;
     // Pins this (the main) thread only: the progress thread, started by the client,
     // keeps the process's full mask.
-    crate::pin::pin_rank(client, job.pin)?;
+    let (mut ep, world) = crate::two_or_more(client, "progress", job.pin)?;
     let compute_time = Duration::from_millis(job.args.compute_ms);
     let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 0);
     let (mut lat, mut work, mut rate) = (Vec::new(), Vec::new(), Vec::new());
@@ -163,7 +154,7 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
         } else {
             "no-thread"
         };
-        let rep = Reporter::new(job.args.json);
+        let rep = Reporter::new(job.json);
         rep.header(&[format!(
             "gex-perf progress: {n} ranks, conduit {}, target computes {} ms per round without gex, progress thread {}; value: median of {} rounds",
             client.conduit_name(),

@@ -34,7 +34,7 @@
 #![allow(unsafe_code)]
 
 use crate::PinMode;
-use crate::report::{Record, Reporter, median};
+use crate::report::{Record, Reporter};
 use crate::world_barrier as barrier;
 use gex::core::{Client, Endpoint};
 use gex::rma::{
@@ -61,15 +61,30 @@ pub(crate) enum Family {
     Barrier,
 }
 
-/// A `put`, `get` or `barrier` run.
+/// Options of the `put`, `get`, `atomic` and `barrier` benchmarks.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct RmaArgs {
+    /// Smoke run: few sizes, short timings.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// `put` only: also report `am_short_rtt` (µs) measured in the same process, in
+    /// batches alternating with those of an 8-byte blocking `put_lat_8_alt` (µs), so
+    /// the AM-reference put can be compared with an AM round trip under the same load.
+    #[arg(long)]
+    pub(crate) am_ref: bool,
+    /// `put` / `get` only: transfer sizes, comma separated, K/M/G suffixes allowed
+    /// (e.g. 8,1M); latency is measured for those of 8 B..4 KiB, bandwidth for those of
+    /// 1 KiB..64 MiB (default: all of both ranges).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = crate::parse_size)]
+    pub(crate) sizes: Vec<usize>,
+}
+
+/// A `put`, `get`, `atomic` or `barrier` run.
 pub(crate) struct RmaJob {
     pub(crate) family: Family,
-    pub(crate) json: bool,
-    pub(crate) quick: bool,
-    pub(crate) am_ref: bool,
-    /// `--sizes`: only these transfer sizes (empty: all).
-    pub(crate) sizes: Vec<usize>,
+    pub(crate) args: RmaArgs,
     pub(crate) pin: PinMode,
+    pub(crate) json: bool,
 }
 
 /// Largest bandwidth size (and segment length) of a full run.
@@ -102,20 +117,22 @@ fn placed(store: &mut [u8], len: usize) -> &mut [u8] {
 
 impl RmaJob {
     pub(crate) fn builder(&self) -> ClientBuilder<crate::Layers> {
-        let max = if self.quick { 1 << 20 } else { BW_MAX };
+        let max = if self.args.quick { 1 << 20 } else { BW_MAX };
         crate::builder().segment_size(DATA_OFFSET + max)
-    }
-
-    fn timing(&self) -> (Duration, u32) {
-        if self.quick {
-            (Duration::from_millis(4), 3)
-        } else {
-            (Duration::from_millis(40), 7)
-        }
     }
 }
 
 rank_job!(RmaJob, run, "gex-perf");
+
+/// The batches of a test point for [`batches`] (length of each, how many): 7 of
+/// `full`, or 3 of 4 ms with `--quick`. Also gex-perf msg's.
+pub(crate) fn timing(quick: bool, full: Duration) -> (Duration, u32) {
+    if quick {
+        (Duration::from_millis(4), 3)
+    } else {
+        (full, 7)
+    }
+}
 
 /// Runs `op(k)` in batches sized to about `batch` each; returns seconds per iteration
 /// of every batch (warm-up doubling `k` first). Also gex-perf msg's.
@@ -197,30 +214,28 @@ fn am_ref<C: Conduit>(
 /// (1 KiB up to `BW_MAX`, as the segment of `seg_len` bytes holds): `--sizes` within
 /// those ranges, else the defaults (fewer with `--quick`).
 fn sizes(job: &RmaJob, seg_len: usize) -> (Vec<usize>, Vec<usize>) {
-    let lat_sizes: Vec<usize> = if !job.sizes.is_empty() {
+    // The `--sizes` that `keep` keeps, in order, without repeats next to each other.
+    let asked = |keep: &dyn Fn(usize) -> bool| -> Vec<usize> {
         let mut v: Vec<usize> = job
+            .args
             .sizes
             .iter()
             .copied()
-            .filter(|&s| (8..=4096).contains(&s))
+            .filter(|&s| keep(s))
             .collect();
         v.dedup();
         v
-    } else if job.quick {
+    };
+    let lat_sizes: Vec<usize> = if !job.args.sizes.is_empty() {
+        asked(&|s| (8..=4096).contains(&s))
+    } else if job.args.quick {
         vec![8, 4096]
     } else {
         (3..=12).map(|p| 1usize << p).collect()
     };
-    let bw_sizes: Vec<usize> = if !job.sizes.is_empty() {
-        let mut v: Vec<usize> = job
-            .sizes
-            .iter()
-            .copied()
-            .filter(|&s| (1024..=BW_MAX).contains(&s) && DATA_OFFSET + s <= seg_len)
-            .collect();
-        v.dedup();
-        v
-    } else if job.quick {
+    let bw_sizes: Vec<usize> = if !job.args.sizes.is_empty() {
+        asked(&|s| (1024..=BW_MAX).contains(&s) && DATA_OFFSET + s <= seg_len)
+    } else if job.args.quick {
         vec![1 << 10, 1 << 20]
     } else {
         (10..=26)
@@ -233,23 +248,16 @@ fn sizes(job: &RmaJob, seg_len: usize) -> (Vec<usize>, Vec<usize>) {
 }
 
 /// The observed latency of a put: a sequence number ping-pongs through the flag words
-/// of the segments between `leader` and its `peer` (`follower` answers); the leader's
-/// round-trip times (two observed puts each), `None` elsewhere.
-fn observed_lat<C: Conduit>(
-    r: &mut Endpoint<C>,
-    peer: u32,
-    leader: bool,
-    follower: bool,
-    batch: Duration,
-    count: u32,
-) -> Res<Option<Vec<f64>>> {
-    let flag: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), FLAG_OFFSET);
+/// of the segments between the leader of `pair` and its peer (the follower answers);
+/// the leader's round-trip times (two observed puts each), `None` elsewhere.
+fn observed_lat<C: Conduit>(r: &mut Endpoint<C>, pair: Pair) -> Res<Option<Vec<f64>>> {
+    let flag: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(pair.peer), FLAG_OFFSET);
     let base = r.segment().as_ptr();
     // SAFETY: see the module's Safety section (aligned, mapped, 8-byte writes).
     let mine = unsafe { AtomicU64::from_ptr(base.add(FLAG_OFFSET).cast::<u64>()) };
     let mut seq = 0u64;
-    if leader {
-        let v = batches(batch, count, |k| {
+    if pair.leader {
+        let v = batches(pair.batch, pair.count, |k| {
             for _ in 0..k {
                 seq += 1;
                 r.put_val(flag, seq, Blocking)?;
@@ -262,7 +270,7 @@ fn observed_lat<C: Conduit>(
         r.put_val(flag, u64::MAX, Blocking)?;
         return Ok(Some(v));
     }
-    if follower {
+    if pair.follower {
         loop {
             let v = mine.load(Ordering::Acquire);
             if v == u64::MAX {
@@ -281,31 +289,25 @@ fn observed_lat<C: Conduit>(
 /// Fetch-and-add on a counter in the peer's segment (its first data word): the
 /// leader's blocking latencies and `Nbi` rates per batch (the counter checked after),
 /// `None` elsewhere. Collective over the team (an atomic domain, a barrier).
-fn fadd<C: Conduit>(
-    r: &mut Endpoint<C>,
-    peer: u32,
-    leader: bool,
-    batch: Duration,
-    count: u32,
-) -> Res<Option<(Vec<f64>, Vec<f64>)>> {
+fn fadd<C: Conduit>(r: &mut Endpoint<C>, pair: Pair) -> Res<Option<(Vec<f64>, Vec<f64>)>> {
     let world = r.world();
     let ad = r.atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)?;
     // The leader's counter lives in the peer's segment (first data word).
-    let word: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
+    let word: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(pair.peer), DATA_OFFSET);
     let f = AtomicFlags::empty();
     barrier(r)?;
-    if !leader {
+    if !pair.leader {
         return Ok(None);
     }
     let mut adds = 0u64;
-    let lat = batches(batch, count, |k| {
+    let lat = batches(pair.batch, pair.count, |k| {
         for _ in 0..k {
             std::hint::black_box(r.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Blocking)?);
         }
         adds += k;
         Ok(())
     })?;
-    let rate = batches(batch, count, |k| {
+    let rate = batches(pair.batch, pair.count, |k| {
         for _ in 0..k {
             r.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Nbi)?;
         }
@@ -378,9 +380,9 @@ fn put_get<C: Conduit>(
     let Pair {
         peer,
         leader,
-        follower,
         batch,
         count,
+        ..
     } = pair;
     let (lat_sizes, bw_sizes) = sizes;
     let (buf, dst) = bufs;
@@ -438,7 +440,7 @@ fn put_get<C: Conduit>(
             }
         }
     }
-    if job.family == Family::Put && job.am_ref {
+    if job.family == Family::Put && job.args.am_ref {
         barrier(r)?;
         if leader {
             let (a, p) = am_ref(r, pongs, peer, data, batch, count)?;
@@ -458,7 +460,7 @@ fn put_get<C: Conduit>(
     if job.family == Family::Put {
         // Observed latency: a sequence number ping-pongs through the segments.
         barrier(r)?;
-        let v = observed_lat(r, peer, leader, follower, batch, count)?;
+        let v = observed_lat(r, pair)?;
         if me == 0
             && let Some(v) = v
         {
@@ -485,7 +487,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut r = client.endpoint(0)?;
     let pongs = Arc::new(AtomicU64::new(0));
-    if job.am_ref {
+    if job.args.am_ref {
         r.register_at(H_REF_PING.index(), |t: &mut Token<'_>, _am: Am<'_>| {
             let _ = t.reply(H_REF_PONG, Body::short(&[]));
         })?;
@@ -497,14 +499,9 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             },
         )?;
     }
-    let neighbours = client.neighbours();
-    let local = neighbours.iter().position(|&x| x == me).unwrap_or(0) as u32;
-    if job.pin != PinMode::Off {
-        crate::pin::pin_to_nth_allowed(local)?;
-    }
+    crate::pin::pin_rank(client, job.pin)?;
     let reporter = Reporter::new(job.json);
-    let provider = crate::report::provider_of(client);
-    let (batch, count) = job.timing();
+    let (batch, count) = timing(job.args.quick, Duration::from_millis(40));
     if me == 0 {
         reporter.header(&[format!(
             "gex-perf {:?}: {n} ranks, conduit {}, wait policy {:?}; value: median of {count} batches, min/max: extreme batches",
@@ -514,25 +511,16 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
         )]);
     }
     let report = |name: &'static str, size: usize, unit: &'static str, mut v: Vec<f64>| {
-        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        reporter.record(&Record {
-            name,
-            size,
-            ranks: n,
-            conduit: client.conduit_name(),
-            provider: provider.clone(),
-            algorithm: None,
-            buffers: None,
-            value: median(&mut v),
-            unit,
-            min: Some(min),
-            max: Some(max),
-        });
+        reporter.record(&Record::of_samples(client, name, size, unit, &mut v));
     };
     let leader = me % 2 == 0 && me + 1 < n;
-    let follower = me % 2 == 1;
-    let peer = if leader { me + 1 } else { me.wrapping_sub(1) };
+    let pair = Pair {
+        peer: if leader { me + 1 } else { me.wrapping_sub(1) },
+        leader,
+        follower: me % 2 == 1,
+        batch,
+        count,
+    };
     let seg_len = r.segment().len();
     let (lat_sizes, bw_sizes) = sizes(job, seg_len);
     let most = bw_sizes
@@ -551,7 +539,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
         Family::Barrier => {
             // Every rank must run the same number of barriers, so the count is fixed
             // rather than calibrated per rank.
-            let k: u64 = if job.quick { 2_000 } else { 20_000 };
+            let k: u64 = if job.args.quick { 2_000 } else { 20_000 };
             for _ in 0..k / 10 {
                 barrier(&mut r)?;
             }
@@ -568,7 +556,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             }
         }
         Family::Atomic if n >= 2 => {
-            let v = fadd(&mut r, peer, leader, batch, count)?;
+            let v = fadd(&mut r, pair)?;
             if me == 0
                 && let Some((lat, rate)) = v
             {
@@ -587,13 +575,6 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             }
         }
         Family::Put | Family::Get if n >= 2 => {
-            let pair = Pair {
-                peer,
-                leader,
-                follower,
-                batch,
-                count,
-            };
             let sizes = (&lat_sizes[..], &bw_sizes[..]);
             put_get(&mut r, job, pair, &pongs, sizes, (buf, dst), &report)?;
         }

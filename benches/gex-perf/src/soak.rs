@@ -26,8 +26,8 @@
 //! Rank 0 prints the totals (operations, errors, seconds, operations per second); any
 //! error makes the job fail (exit code 1). The first errors are printed as they occur.
 
+use crate::complain;
 use crate::report::{Record, Reporter};
-use crate::{PinMode, complain};
 use gex::coll::{Allreduce, Broadcast, BuiltinOp, CollExt, Exchange, GatherAll, Reduce};
 use gex::core::{Client, Endpoint};
 use gex::rma::{
@@ -50,23 +50,13 @@ pub(crate) struct SoakArgs {
     /// How long to run, in seconds (rank 0's clock; the round in progress finishes).
     #[arg(long, value_name = "S", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 3600))]
     pub(crate) seconds: u64,
-    /// Seed of every generator (the same seed replays the same operations).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub(crate) seed: u64,
-    /// One JSON object per line.
-    #[arg(long)]
-    pub(crate) json: bool,
-    /// Test aid: flip one byte of every 16th Medium payload after its pattern was
-    /// written, so the checks must report errors (the run then fails).
-    #[arg(long, hide = true)]
-    pub(crate) corrupt: bool,
+    /// The seed and test aid `storm` has too.
+    #[command(flatten)]
+    pub(crate) verified: crate::VerifiedArgs,
 }
 
 /// A `soak` run.
-pub(crate) struct SoakJob {
-    pub(crate) args: SoakArgs,
-    pub(crate) pin: PinMode,
-}
+pub(crate) type SoakJob = crate::Run<SoakArgs>;
 
 /// The counter word the atomics target, in every segment.
 const OFF_COUNTER: usize = 0;
@@ -240,9 +230,7 @@ fn scoped_put_get<C: Conduit>(
 
 fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
-    let mut ep = client.endpoint(0)?;
-    let world = ep.world();
-    crate::pin::pin_rank(client, job.pin)?;
+    let (mut ep, world) = crate::rank_endpoint(client, job.pin)?;
     let sh = Arc::new(Shared {
         errors: AtomicU64::new(0),
         replies: AtomicU64::new(0),
@@ -261,7 +249,7 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
     let medium_max = MEDIUM_MAX.min(max_medium);
     let long_max = SLOT.min(max_long);
 
-    let mut rng = SmallRng::seed_from_u64(mix(job.args.seed ^ (u64::from(me) << 32)));
+    let mut rng = SmallRng::seed_from_u64(mix(job.args.verified.seed ^ (u64::from(me) << 32)));
     let mut ops = 0u64;
     let mut seq = 0u64;
     let mut adds = vec![0u64; n as usize];
@@ -285,7 +273,7 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
                 0 => {
                     let len = rng.random_range(0..=medium_max);
                     pattern(u64::from(me), seq, &mut buf[..len]);
-                    if job.args.corrupt && seq % 16 == 0 && len > 0 {
+                    if job.args.verified.corrupt && seq % 16 == 0 && len > 0 {
                         buf[len / 2] ^= 0x40;
                     }
                     let want = sh.replies.load(Relaxed) + 1;
@@ -346,7 +334,7 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
             }
             ops += 1;
         }
-        collective(&mut ep, &sh, round, job.args.seed, &mut buf)?;
+        collective(&mut ep, &sh, round, job.args.verified.seed, &mut buf)?;
         ops += 1;
         let stop = u64::from(me == 0 && t0.elapsed() >= limit);
         let stop = ep.collective(&world, Allreduce::new(vec![stop], BuiltinOp::Max), Blocking)?;
@@ -365,11 +353,11 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
     )?;
     ep.barrier(&world)?;
     if me == 0 {
-        let rep = Reporter::new(job.args.json);
+        let rep = Reporter::new(job.json);
         rep.header(&[format!(
             "gex-perf soak: {n} ranks, conduit {}, seed {}, {round} rounds",
             client.conduit_name(),
-            job.args.seed
+            job.args.verified.seed
         )]);
         for (name, value, unit) in [
             ("soak_ops", totals[0] as f64, "ops"),

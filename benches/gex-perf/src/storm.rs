@@ -19,8 +19,8 @@
 //! reports them. Lost, duplicated or corrupted messages are errors, and any error fails
 //! the job.
 
+use crate::complain;
 use crate::report::{Record, Reporter};
-use crate::{PinMode, complain};
 use gex::coll::{Allreduce, BuiltinOp, CollExt};
 use gex::core::layer::{self, Retry};
 use gex::core::{Client, Endpoint};
@@ -47,16 +47,9 @@ pub(crate) struct StormArgs {
     /// Largest payload (default and upper bound: the Medium limit towards every peer).
     #[arg(long, value_name = "BYTES", value_parser = crate::parse_size)]
     pub(crate) max_size: Option<usize>,
-    /// Seed of every rank's generator (with the rank).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub(crate) seed: u64,
-    /// One JSON object per line.
-    #[arg(long)]
-    pub(crate) json: bool,
-    /// Test aid: flip one byte of every 16th payload after its checksum was taken, so
-    /// the checks must report errors (the run then fails).
-    #[arg(long, hide = true)]
-    pub(crate) corrupt: bool,
+    /// The seed and test aid `soak` has too.
+    #[command(flatten)]
+    pub(crate) verified: crate::VerifiedArgs,
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -69,10 +62,7 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 }
 
 /// A `storm` run.
-pub(crate) struct StormJob {
-    pub(crate) args: StormArgs,
-    pub(crate) pin: PinMode,
-}
+pub(crate) type StormJob = crate::Run<StormArgs>;
 
 impl StormJob {
     /// Default layers (the collectives count and reduce at the end).
@@ -245,12 +235,12 @@ fn report<C: Conduit>(job: &StormJob, client: &Client<C>, max: usize, sums: &[u6
     let count = job.args.count;
     let (msgs, errors, events, hist) = (sums[0], sums[1], sums[2], &sums[3..]);
     let secs = maxes[0] as f64 / 1e9;
-    let rep = Reporter::new(job.args.json);
+    let rep = Reporter::new(job.json);
     rep.header(&[format!(
         "gex-perf storm: {n} ranks as {}, conduit {}, Medium {MIN_SIZE}..{max} B, seed {}, {}",
         crate::rank_kind(),
         client.conduit_name(),
-        job.args.seed,
+        job.args.verified.seed,
         match count {
             Some(k) => format!("{k} messages per rank"),
             None => format!("{} s", job.args.seconds),
@@ -287,9 +277,7 @@ fn report<C: Conduit>(job: &StormJob, client: &Client<C>, max: usize, sums: &[u6
 
 fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
-    let mut ep = client.endpoint(0)?;
-    let world = ep.world();
-    crate::pin::pin_rank(client, job.pin)?;
+    let (mut ep, world) = crate::rank_endpoint(client, job.pin)?;
     let sh = Arc::new(Shared {
         got: (0..n).map(|_| AtomicU64::new(0)).collect(),
         errors: AtomicU64::new(0),
@@ -331,7 +319,7 @@ fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
     }
 
     // The table: sizes log-uniform over [MIN_SIZE, max], random offsets into random bytes.
-    let mut rng = SmallRng::seed_from_u64(job.args.seed ^ (u64::from(me) << 32) ^ 0x5707);
+    let mut rng = SmallRng::seed_from_u64(job.args.verified.seed ^ (u64::from(me) << 32) ^ 0x5707);
     let (bytes, table) = table(&mut rng, max);
 
     let mut bad = vec![0u8; max];
@@ -361,7 +349,7 @@ fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
         };
         let args = [me, m.len as u32, m.sum as u32, (m.sum >> 32) as u32];
         let mut payload = &bytes[m.off..m.off + m.len];
-        if job.args.corrupt && i % 16 == 0 {
+        if job.args.verified.corrupt && i % 16 == 0 {
             bad[..m.len].copy_from_slice(payload);
             bad[m.len / 2] ^= 0x40;
             payload = &bad[..m.len];

@@ -130,6 +130,29 @@ fn rows(args: &[&str]) -> Vec<serde_json::Value> {
 }
 
 #[cfg(feature = "smp")]
+/// The rows of `gex-perf ARGS`, asserted to be named `names`, in that order.
+fn rows_named(args: &[&str], names: &[&str]) -> Vec<serde_json::Value> {
+    let rows = rows(args);
+    assert_eq!(row_names(&rows), names, "{args:?}");
+    rows
+}
+
+#[cfg(feature = "smp")]
+/// Asserts that there are `n` rows and that every one is `ok`.
+fn assert_every(rows: &[serde_json::Value], n: usize, ok: impl Fn(&serde_json::Value) -> bool) {
+    assert_eq!(rows.len(), n, "{rows:?}");
+    assert!(rows.iter().all(ok), "{rows:?}");
+}
+
+#[cfg(feature = "smp")]
+/// The `(name, size)` of every row, in order.
+fn names_and_sizes(rows: &[serde_json::Value]) -> Vec<(&str, u64)> {
+    rows.iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["size"].as_u64().unwrap()))
+        .collect()
+}
+
+#[cfg(feature = "smp")]
 #[test]
 fn smp_pairs_run_concurrently_and_rank0_reports() {
     // 3 ranks: one pair and an idle rank; 4 ranks: two pairs, median over pairs.
@@ -216,12 +239,8 @@ fn smp_atomic_reports_fetch_add_latency_and_rate() {
 #[test]
 fn smp_put_reports_the_fenced_rows_at_8_bytes() {
     let got8 = rows(&["-n", "2", "put", "--json", "--quick", "--sizes", "8"]);
-    let got: Vec<(&str, u64)> = got8
-        .iter()
-        .map(|r| (r["name"].as_str().unwrap(), r["size"].as_u64().unwrap()))
-        .collect();
     assert_eq!(
-        got,
+        names_and_sizes(&got8),
         [
             ("put_lat", 8),
             ("put_fence_lat", 8),
@@ -311,33 +330,12 @@ fn coll_reports_latency_and_algorithm_per_op_and_size() {
         );
         assert_eq!(r["buffers"], "segment", "{r}");
     }
-    let private = rows(&[
-        "-n",
-        "2",
-        "coll",
-        "--quick",
-        "--json",
-        "--op",
-        "exchange",
-        "--buffers",
-        "private",
-    ]);
-    assert_eq!(private.len(), 2, "{private:?}");
-    assert!(
-        private.iter().all(|r| r["buffers"] == "private"),
-        "{private:?}"
-    );
-    let forced = rows(&[
-        "-n",
-        "2",
-        "coll",
-        "--quick",
-        "--json",
-        "--op",
-        "broadcast",
-        "--algorithm",
-        "binomial",
-    ]);
+    // Quick runs on 2 ranks of one operation, with `more` options.
+    let quick2 =
+        |more: &[&str]| rows(&[&["-n", "2", "coll", "--quick", "--json"][..], more].concat());
+    let private = quick2(&["--op", "exchange", "--buffers", "private"]);
+    assert_every(&private, 2, |r| r["buffers"] == "private");
+    let forced = quick2(&["--op", "broadcast", "--algorithm", "binomial"]);
     assert_eq!(forced.len(), 2, "{forced:?}");
     for r in &forced {
         assert_eq!(r["name"], "coll_broadcast_lat");
@@ -389,12 +387,8 @@ fn coll_sizes_are_the_ones_asked_for() {
         "--sizes",
         "56,57,4M",
     ]);
-    let cells: Vec<(&str, u64)> = got
-        .iter()
-        .map(|r| (r["name"].as_str().unwrap(), r["size"].as_u64().unwrap()))
-        .collect();
     assert_eq!(
-        cells,
+        names_and_sizes(&got),
         [
             ("coll_broadcast_lat", 56),
             ("coll_broadcast_lat", 57),
@@ -437,15 +431,13 @@ fn progress_thread_serves_the_get_while_the_target_computes() {
         if thread {
             args.push("--thread");
         }
-        let rows = rows(&args);
-        let names = row_names(&rows);
-        assert_eq!(
-            names,
-            [
+        let rows = rows_named(
+            &args,
+            &[
                 "progress_get_lat",
                 "progress_compute_ms",
-                "progress_compute_rate"
-            ]
+                "progress_compute_rate",
+            ],
         );
         for r in &rows {
             assert_eq!(r["algorithm"], if thread { "thread" } else { "no-thread" });
@@ -676,11 +668,7 @@ fn domains_reports_every_thread_count_against_one() {
         "--at-init",
         "--json",
     ]);
-    assert_eq!(at_init.len(), 4, "{at_init:?}");
-    assert!(
-        at_init.iter().all(|r| r["value"].as_f64().unwrap() > 0.0),
-        "{at_init:?}"
-    );
+    assert_every(&at_init, 4, |r| r["value"].as_f64().unwrap() > 0.0);
 }
 
 #[test]
@@ -780,13 +768,11 @@ fn msg_anysource_rate_on_three_ranks() {
 fn overlap_kernel_reports_both_sides_and_the_speedup() {
     // Correctness only (every round's checksum is verified by the benchmark; the
     // figures are not judged here: the machine is shared).
-    let rows = rows(&[
-        "-n", "2", "overlap", "--json", "--size", "1M", "--rounds", "3", "--work", "8",
-    ]);
-    let names = row_names(&rows);
-    assert_eq!(
-        names,
-        [
+    let rows = rows_named(
+        &[
+            "-n", "2", "overlap", "--json", "--size", "1M", "--rounds", "3", "--work", "8",
+        ],
+        &[
             "overlap_get_stream_blocking",
             "overlap_get_stream_demand",
             "overlap_get_stream_speedup",
@@ -794,8 +780,8 @@ fn overlap_kernel_reports_both_sides_and_the_speedup() {
             "overlap_get_stream_equal",
             "overlap_get_stream_variable",
             "overlap_get_stream_variable_speedup",
-            "overlap_strip_variable"
-        ]
+            "overlap_strip_variable",
+        ],
     );
     assert_eq!(rows[2]["unit"], "x");
     assert_eq!(rows[6]["unit"], "x");
@@ -816,22 +802,20 @@ fn overlap_kernel_reports_both_sides_and_the_speedup() {
 fn overlap_halo_kernel_reports_every_mode_and_its_speedup() {
     // Correctness only: the last iteration of every round checks every halo byte (a
     // wrong byte fails the run); the figures are not judged here.
-    let rows = rows(&[
-        "-n", "3", "overlap", "--json", "--kernel", "halo", "--puts", "8", "--iters", "5",
-        "--rounds", "2",
-    ]);
-    let names = row_names(&rows);
-    assert_eq!(
-        names,
-        [
+    let rows = rows_named(
+        &[
+            "-n", "3", "overlap", "--json", "--kernel", "halo", "--puts", "8", "--iters", "5",
+            "--rounds", "2",
+        ],
+        &[
             "overlap_halo_plain",
             "overlap_halo_train",
             "overlap_halo_train_speedup",
             "overlap_halo_piggyback",
             "overlap_halo_piggyback_speedup",
             "overlap_halo_auto",
-            "overlap_halo_auto_speedup"
-        ]
+            "overlap_halo_auto_speedup",
+        ],
     );
     assert_kernel_rows(&rows, 16, 3);
 }
@@ -855,11 +839,6 @@ fn assert_kernel_rows(rows: &[serde_json::Value], size: u64, ranks: u64) {
 fn overlap_delta_kernels_report_both_sides_and_the_speedups() {
     // Correctness only: every rank compares the checksums of the two variants of each
     // round (a mismatch fails the run); the figures are not judged here.
-    let all = rows(&[
-        "-n", "4", "overlap", "--json", "--kernel", "delta", "--size", "64K", "--rounds", "2",
-        "--work", "16",
-    ]);
-    let names = row_names(&all);
     let mut want = Vec::new();
     for k in ["pair", "cascade", "ring", "reduce"] {
         let base = if k == "pair" { "whole" } else { "blocking" };
@@ -867,34 +846,39 @@ fn overlap_delta_kernels_report_both_sides_and_the_speedups() {
             want.push(format!("overlap_delta_{k}_{side}"));
         }
     }
-    assert_eq!(names, want);
+    let want: Vec<&str> = want.iter().map(String::as_str).collect();
+    let all = rows_named(
+        &[
+            "-n", "4", "overlap", "--json", "--kernel", "delta", "--size", "64K", "--rounds", "2",
+            "--work", "16",
+        ],
+        &want,
+    );
     assert_kernel_rows(&all, 64 << 10, 4);
     // The pair with OS-triggered tracking, on 2 ranks.
-    let os = rows(&[
-        "-n",
-        "2",
-        "overlap",
-        "--json",
-        "--kernel",
-        "pair",
-        "--os-triggered",
-        "--size",
-        "64K",
-        "--rounds",
-        "2",
-        "--work",
-        "16",
-        "--fraction",
-        "4",
-    ]);
-    let names = row_names(&os);
-    assert_eq!(
-        names,
-        [
+    rows_named(
+        &[
+            "-n",
+            "2",
+            "overlap",
+            "--json",
+            "--kernel",
+            "pair",
+            "--os-triggered",
+            "--size",
+            "64K",
+            "--rounds",
+            "2",
+            "--work",
+            "16",
+            "--fraction",
+            "4",
+        ],
+        &[
             "overlap_delta_pair_whole",
             "overlap_delta_pair_delta",
-            "overlap_delta_pair_speedup"
-        ]
+            "overlap_delta_pair_speedup",
+        ],
     );
 }
 

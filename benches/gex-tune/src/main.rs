@@ -97,7 +97,7 @@ struct TuneArgs {
     sizes: Vec<usize>,
     /// Where the timed calls' buffers live: `segment` (the default: as PGAS programs
     /// keep shared data) or `private` (heap memory, as MPI benchmarks use).
-    #[arg(long, value_name = "WHERE", default_value = "segment", value_parser = parse_placement)]
+    #[arg(long, value_name = "WHERE", default_value = "segment", value_parser = Placement::parse)]
     buffers: Placement,
     /// Stop (as if interrupted) after this many cells of this run (tests resuming).
     #[arg(long, value_name = "K", hide = true)]
@@ -109,14 +109,6 @@ fn parse_op(s: &str) -> Result<OpKind, String> {
         .into_iter()
         .find(|o| o.name() == s)
         .ok_or_else(|| format!("`{s}` is not an operation"))
-}
-
-fn parse_placement(s: &str) -> Result<Placement, String> {
-    match s {
-        "segment" => Ok(Placement::Segment),
-        "private" => Ok(Placement::Private),
-        _ => Err(format!("`{s}` is not a placement (segment, private)")),
-    }
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {

@@ -99,6 +99,17 @@ impl Placement {
             Placement::Private => "private",
         }
     }
+
+    /// The placement called `name` ([`Placement::name`]), for the tools' `--buffers`.
+    ///
+    /// # Errors
+    /// Any other name, with a message listing the two.
+    pub fn parse(name: &str) -> Result<Placement, String> {
+        [Placement::Segment, Placement::Private]
+            .into_iter()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| format!("`{name}` is not a placement (segment, private)"))
+    }
 }
 
 /// The source and destination buffers of one rank for one cell.
