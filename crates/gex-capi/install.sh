@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds gex's C ABI in release mode and installs it under a prefix:
+# Builds gex's C ABI (release mode) and installs it under a prefix:
 #
 #   PREFIX=/opt/gex bash crates/gex-capi/install.sh
 #
@@ -10,23 +10,16 @@
 #
 # PREFIX defaults to /usr/local. CARGO_FEATURES (e.g. "ofi") adds features of the
 # gex-capi crate (ofi: the libfabric conduit, needs the system libfabric >= 1.17).
+# PROFILE=debug installs the debug build instead. The steps are install-lib.sh's,
+# shared with crates/gex-shmem/install.sh.
 # Then build a program with
 #   export PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig
 #   cc prog.c $(pkg-config --cflags --libs gex) -o prog
 # (docs/capi.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-PREFIX="${PREFIX:-/usr/local}"
-features=()
-[[ -n "${CARGO_FEATURES:-}" ]] && features=(--features "$CARGO_FEATURES")
-cargo build --release --locked -p gex-capi --lib "${features[@]}"
-cargo build --release --locked -p gex-boot --bin gex-run
-target="${CARGO_TARGET_DIR:-target}/release"
-version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)"
-install -d "$PREFIX/include" "$PREFIX/lib/pkgconfig" "$PREFIX/bin"
-install -m 0644 crates/gex-capi/include/gex.h "$PREFIX/include/gex.h"
-install -m 0755 "$target/libgex.so" "$PREFIX/lib/libgex.so"
-install -m 0644 "$target/libgex.a" "$PREFIX/lib/libgex.a"
-install -m 0755 "$target/gex-run" "$PREFIX/bin/gex-run"
-sed -e "s|@PREFIX@|$PREFIX|" -e "s|@VERSION@|$version|" crates/gex-capi/gex.pc.in >"$PREFIX/lib/pkgconfig/gex.pc"
+# shellcheck source=crates/gex-capi/install-lib.sh
+source crates/gex-capi/install-lib.sh
+install_lib gex-capi gex crates/gex-capi/include/gex.h
+fill crates/gex-capi/gex.pc.in >"$PREFIX/lib/pkgconfig/gex.pc"
 echo "installed gex $version under $PREFIX: include/gex.h, lib/libgex.so, lib/libgex.a, lib/pkgconfig/gex.pc, bin/gex-run"

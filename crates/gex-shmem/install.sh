@@ -12,26 +12,14 @@
 # PREFIX defaults to /usr/local. CARGO_FEATURES (e.g. "ofi") adds features of the
 # gex-shmem crate (ofi: the libfabric conduit, needs the system libfabric >= 1.17).
 # PROFILE=debug installs the debug build instead (what the sos step of ci/test uses: it
-# shares the artefacts of the test step's builds).
+# shares the artefacts of the test step's builds). The steps are gex-capi's
+# install-lib.sh, shared with crates/gex-capi/install.sh.
 # docs/shmem.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-PREFIX="${PREFIX:-/usr/local}"
-features=()
-[[ -n "${CARGO_FEATURES:-}" ]] && features=(--features "$CARGO_FEATURES")
-PROFILE="${PROFILE:-release}"
-profile=(--release)
-[[ "$PROFILE" == debug ]] && profile=()
-cargo build "${profile[@]}" --locked -p gex-shmem --lib "${features[@]}"
-cargo build "${profile[@]}" --locked -p gex-boot --bin gex-run
-target="${CARGO_TARGET_DIR:-target}/$PROFILE"
-version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)"
-install -d "$PREFIX/include" "$PREFIX/lib/pkgconfig" "$PREFIX/bin"
-install -m 0644 crates/gex-shmem/include/shmem.h "$PREFIX/include/shmem.h"
-install -m 0755 "$target/libgexshmem.so" "$PREFIX/lib/libgexshmem.so"
-install -m 0644 "$target/libgexshmem.a" "$PREFIX/lib/libgexshmem.a"
-install -m 0755 "$target/gex-run" "$PREFIX/bin/gex-run"
-fill() { sed -e "s|@PREFIX@|$PREFIX|g" -e "s|@VERSION@|$version|g" "$1"; }
+# shellcheck source=crates/gex-capi/install-lib.sh
+source crates/gex-capi/install-lib.sh
+install_lib gex-shmem gexshmem crates/gex-shmem/include/shmem.h
 fill crates/gex-shmem/gexshmem.pc.in >"$PREFIX/lib/pkgconfig/gexshmem.pc"
 fill crates/gex-shmem/oshcc.in >"$PREFIX/bin/oshcc"
 fill crates/gex-shmem/oshrun.in >"$PREFIX/bin/oshrun"

@@ -691,7 +691,7 @@ int gex_am_reply_long(gex_token_t *token, uint32_t index, const uint32_t *args, 
 // it to `*old` unless `old` is NULL (ignored for the others). `flags`:
 // 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
 // `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
-// operations.
+// operations. One function per element type: `gex_atomic_op_<t>`.
 //
 // Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
 // another element type or endpoint index, a rank out of range;
@@ -703,10 +703,41 @@ int gex_am_reply_long(gex_token_t *token, uint32_t index, const uint32_t *args, 
 // is NULL or valid for writing one element.
 int gex_atomic_op_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint64_t a, uint64_t b, uint32_t flags, uint64_t *old);
 
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `int64_t`.
+//
+// # Safety
+// As the `uint64_t` function of its form.
+int gex_atomic_op_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b, uint32_t flags, int64_t *old);
+
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `uint32_t`.
+//
+// # Safety
+// As the `uint64_t` function of its form.
+int gex_atomic_op_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b, uint32_t flags, uint32_t *old);
+
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `int32_t`.
+//
+// # Safety
+// As the `uint64_t` function of its form.
+int gex_atomic_op_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b, uint32_t flags, int32_t *old);
+
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `double`.
+//
+// # Safety
+// As the `uint64_t` function of its form.
+int gex_atomic_op_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b, uint32_t flags, double *old);
+
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `float`.
+//
+// # Safety
+// As the `uint64_t` function of its form.
+int gex_atomic_op_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags, float *old);
+
 // Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
 // and writes its event to `*ev`; a fetching operation's old value is
 // written to `*old` (unless NULL) by the call that completes the event,
-// never if the event is freed first.
+// never if the event is freed first. One function per element type:
+// `gex_atomic_op_nb_<t>`.
 //
 // Returns as the blocking form (no event is made on error); `GEX_ERR_NULL`
 // if `ev` is NULL.
@@ -716,9 +747,40 @@ int gex_atomic_op_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_
 // completed or freed; `ev` is NULL or valid for writing one pointer.
 int gex_atomic_op_nb_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint64_t a, uint64_t b, uint32_t flags, uint64_t *old, gex_event_t **ev);
 
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `int64_t`.
+//
+// # Safety
+// As the `uint64_t` function of its form.
+int gex_atomic_op_nb_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b, uint32_t flags, int64_t *old, gex_event_t **ev);
+
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `uint32_t`.
+//
+// # Safety
+// As the `uint64_t` function of its form.
+int gex_atomic_op_nb_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b, uint32_t flags, uint32_t *old, gex_event_t **ev);
+
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `int32_t`.
+//
+// # Safety
+// As the `uint64_t` function of its form.
+int gex_atomic_op_nb_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b, uint32_t flags, int32_t *old, gex_event_t **ev);
+
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `double`.
+//
+// # Safety
+// As the `uint64_t` function of its form.
+int gex_atomic_op_nb_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b, uint32_t flags, double *old, gex_event_t **ev);
+
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `float`.
+//
+// # Safety
+// As the `uint64_t` function of its form.
+int gex_atomic_op_nb_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags, float *old, gex_event_t **ev);
+
 // Starts the atomic operation `op` (as the blocking form) with an implicit
 // event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
-// fetching operation's old value is discarded.
+// fetching operation's old value is discarded. One function per element
+// type: `gex_atomic_op_nbi_<t>`.
 //
 // Returns as the blocking form (nothing is started on error).
 //
@@ -726,214 +788,34 @@ int gex_atomic_op_nb_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
 int gex_atomic_op_nbi_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint64_t a, uint64_t b, uint32_t flags);
 
-// Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
-// on the element at `offset` (a multiple of its size) in `rank`'s segment
-// (`rank` a job rank that is a member of the domain's team) and returns
-// once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
-// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
-// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
-// operations.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
-// another element type or endpoint index, a rank out of range;
-// `GEX_ERR_RMA` for an operation not in the domain, a target outside the
-// segment, misaligned or not in the team.
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `int64_t`.
 //
 // # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
-// is NULL or valid for writing one element.
-int gex_atomic_op_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b, uint32_t flags, int64_t *old);
-
-// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
-// and writes its event to `*ev`; a fetching operation's old value is
-// written to `*old` (unless NULL) by the call that completes the event,
-// never if the event is freed first.
-//
-// Returns as the blocking form (no event is made on error); `GEX_ERR_NULL`
-// if `ev` is NULL.
-//
-// # Safety
-// As the blocking form, with `old` valid for writing until the event is
-// completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b, uint32_t flags, int64_t *old, gex_event_t **ev);
-
-// Starts the atomic operation `op` (as the blocking form) with an implicit
-// event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
-// fetching operation's old value is discarded.
-//
-// Returns as the blocking form (nothing is started on error).
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
+// As the `uint64_t` function of its form.
 int gex_atomic_op_nbi_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b, uint32_t flags);
 
-// Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
-// on the element at `offset` (a multiple of its size) in `rank`'s segment
-// (`rank` a job rank that is a member of the domain's team) and returns
-// once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
-// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
-// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
-// operations.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
-// another element type or endpoint index, a rank out of range;
-// `GEX_ERR_RMA` for an operation not in the domain, a target outside the
-// segment, misaligned or not in the team.
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `uint32_t`.
 //
 // # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
-// is NULL or valid for writing one element.
-int gex_atomic_op_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b, uint32_t flags, uint32_t *old);
-
-// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
-// and writes its event to `*ev`; a fetching operation's old value is
-// written to `*old` (unless NULL) by the call that completes the event,
-// never if the event is freed first.
-//
-// Returns as the blocking form (no event is made on error); `GEX_ERR_NULL`
-// if `ev` is NULL.
-//
-// # Safety
-// As the blocking form, with `old` valid for writing until the event is
-// completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b, uint32_t flags, uint32_t *old, gex_event_t **ev);
-
-// Starts the atomic operation `op` (as the blocking form) with an implicit
-// event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
-// fetching operation's old value is discarded.
-//
-// Returns as the blocking form (nothing is started on error).
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
+// As the `uint64_t` function of its form.
 int gex_atomic_op_nbi_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b, uint32_t flags);
 
-// Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
-// on the element at `offset` (a multiple of its size) in `rank`'s segment
-// (`rank` a job rank that is a member of the domain's team) and returns
-// once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
-// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
-// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
-// operations.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
-// another element type or endpoint index, a rank out of range;
-// `GEX_ERR_RMA` for an operation not in the domain, a target outside the
-// segment, misaligned or not in the team.
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `int32_t`.
 //
 // # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
-// is NULL or valid for writing one element.
-int gex_atomic_op_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b, uint32_t flags, int32_t *old);
-
-// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
-// and writes its event to `*ev`; a fetching operation's old value is
-// written to `*old` (unless NULL) by the call that completes the event,
-// never if the event is freed first.
-//
-// Returns as the blocking form (no event is made on error); `GEX_ERR_NULL`
-// if `ev` is NULL.
-//
-// # Safety
-// As the blocking form, with `old` valid for writing until the event is
-// completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b, uint32_t flags, int32_t *old, gex_event_t **ev);
-
-// Starts the atomic operation `op` (as the blocking form) with an implicit
-// event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
-// fetching operation's old value is discarded.
-//
-// Returns as the blocking form (nothing is started on error).
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
+// As the `uint64_t` function of its form.
 int gex_atomic_op_nbi_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b, uint32_t flags);
 
-// Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
-// on the element at `offset` (a multiple of its size) in `rank`'s segment
-// (`rank` a job rank that is a member of the domain's team) and returns
-// once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
-// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
-// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
-// operations.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
-// another element type or endpoint index, a rank out of range;
-// `GEX_ERR_RMA` for an operation not in the domain, a target outside the
-// segment, misaligned or not in the team.
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `double`.
 //
 // # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
-// is NULL or valid for writing one element.
-int gex_atomic_op_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b, uint32_t flags, double *old);
-
-// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
-// and writes its event to `*ev`; a fetching operation's old value is
-// written to `*old` (unless NULL) by the call that completes the event,
-// never if the event is freed first.
-//
-// Returns as the blocking form (no event is made on error); `GEX_ERR_NULL`
-// if `ev` is NULL.
-//
-// # Safety
-// As the blocking form, with `old` valid for writing until the event is
-// completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b, uint32_t flags, double *old, gex_event_t **ev);
-
-// Starts the atomic operation `op` (as the blocking form) with an implicit
-// event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
-// fetching operation's old value is discarded.
-//
-// Returns as the blocking form (nothing is started on error).
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
+// As the `uint64_t` function of its form.
 int gex_atomic_op_nbi_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b, uint32_t flags);
 
-// Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
-// on the element at `offset` (a multiple of its size) in `rank`'s segment
-// (`rank` a job rank that is a member of the domain's team) and returns
-// once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
-// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
-// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
-// operations.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
-// another element type or endpoint index, a rank out of range;
-// `GEX_ERR_RMA` for an operation not in the domain, a target outside the
-// segment, misaligned or not in the team.
+// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `float`.
 //
 // # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
-// is NULL or valid for writing one element.
-int gex_atomic_op_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags, float *old);
-
-// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
-// and writes its event to `*ev`; a fetching operation's old value is
-// written to `*old` (unless NULL) by the call that completes the event,
-// never if the event is freed first.
-//
-// Returns as the blocking form (no event is made on error); `GEX_ERR_NULL`
-// if `ev` is NULL.
-//
-// # Safety
-// As the blocking form, with `old` valid for writing until the event is
-// completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags, float *old, gex_event_t **ev);
-
-// Starts the atomic operation `op` (as the blocking form) with an implicit
-// event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
-// fetching operation's old value is discarded.
-//
-// Returns as the blocking form (nothing is started on error).
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
+// As the `uint64_t` function of its form.
 int gex_atomic_op_nbi_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags);
 
 // Atomically adds `value` to the `uint64_t` at `offset` in `rank`'s segment

@@ -356,57 +356,12 @@ unsafe fn atomic_op<T: CAtomic>(
     })
 }
 
-/// The three functions of one element type `$t` (`emit` or `declare`, as `c_fns!`),
-/// from one parameter list: each function names whether it takes `old` and `ev`, and
-/// the completion `Mode` it passes to [`atomic_op`] (a NULL `old` without one).
-macro_rules! atomic_family {
-    ($mode:ident; $t:ty, $op:ident, $nb:ident, $nbi:ident) => {
-        atomic_family! { @fns $mode; $t;
-            /// Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
-            /// on the element at `offset` (a multiple of its size) in `rank`'s segment
-            /// (`rank` a job rank that is a member of the domain's team) and returns
-            /// once it is done; a fetching operation writes the element's value before
-            /// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
-            /// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
-            /// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
-            /// operations.
-            ///
-            /// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
-            /// another element type or endpoint index, a rank out of range;
-            /// `GEX_ERR_RMA` for an operation not in the domain, a target outside the
-            /// segment, misaligned or not in the team.
-            ///
-            /// # Safety
-            /// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
-            /// is NULL or valid for writing one element.
-            fn $op [old] [] Mode::Blocking;
-
-            /// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
-            /// and writes its event to `*ev`; a fetching operation's old value is
-            /// written to `*old` (unless NULL) by the call that completes the event,
-            /// never if the event is freed first.
-            ///
-            /// Returns as the blocking form (no event is made on error); `GEX_ERR_NULL`
-            /// if `ev` is NULL.
-            ///
-            /// # Safety
-            /// As the blocking form, with `old` valid for writing until the event is
-            /// completed or freed; `ev` is NULL or valid for writing one pointer.
-            fn $nb [old] [ev] Mode::Nb(ev);
-
-            /// Starts the atomic operation `op` (as the blocking form) with an implicit
-            /// event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
-            /// fetching operation's old value is discarded.
-            ///
-            /// Returns as the blocking form (nothing is started on error).
-            ///
-            /// # Safety
-            /// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
-            fn $nbi [] [] Mode::Nbi;
-        }
-    };
-    (@fns $mode:ident; $t:ty; $(
-        $(#[$m:meta])* fn $name:ident [$($old:ident)?] [$($ev:ident)?] $how:expr;
+/// The functions of every element type (`emit` or `declare`, as `c_fns!`), grouped by
+/// form: each names its element type, whether it takes `old` and `ev`, and the
+/// completion `Mode` it passes to [`atomic_op`] (a NULL `old` without one).
+macro_rules! atomic_fns {
+    ($mode:ident; $(
+        $(#[$m:meta])* fn $name:ident: $t:ty [$($old:ident)?] [$($ev:ident)?] $how:expr;
     )*) => {
         c_fns! { $mode $(
             $(#[$m])*
@@ -441,26 +396,97 @@ macro_rules! or_null {
     };
 }
 
-/// The families of every element type: the functions, and their declarations
-/// ([`DECLS`]) for the header check.
+/// The families of every element type and their declarations ([`DECLS`], for the
+/// header check), form by form: the first type's function of each form carries the
+/// form's documentation, the other types' the line given with them in the list and a
+/// reference to it for their safety (so `gex.h` documents each form once, not once per
+/// type).
 macro_rules! atomic_families {
-    ($($t:ty => $op:ident, $nb:ident, $nbi:ident;)*) => {
-        $( atomic_family!(emit; $t, $op, $nb, $nbi); )*
+    (@fns $mode:ident; $t0:ty => $op0:ident, $nb0:ident, $nbi0:ident;
+     $( $(#[$m:meta])* $t:ty => $op:ident, $nb:ident, $nbi:ident; )*) => {
+        atomic_fns! { $mode;
+            /// Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
+            /// on the element at `offset` (a multiple of its size) in `rank`'s segment
+            /// (`rank` a job rank that is a member of the domain's team) and returns
+            /// once it is done; a fetching operation writes the element's value before
+            /// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
+            /// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
+            /// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
+            /// operations. One function per element type: `gex_atomic_op_<t>`.
+            ///
+            /// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
+            /// another element type or endpoint index, a rank out of range;
+            /// `GEX_ERR_RMA` for an operation not in the domain, a target outside the
+            /// segment, misaligned or not in the team.
+            ///
+            /// # Safety
+            /// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
+            /// is NULL or valid for writing one element.
+            fn $op0: $t0 [old] [] Mode::Blocking;
+            $(
+                $(#[$m])*
+                ///
+                /// # Safety
+                /// As the `uint64_t` function of its form.
+                fn $op: $t [old] [] Mode::Blocking;
+            )*
 
-        /// The declarations of the macro-generated functions of this module as Rust
-        /// source, for cbindgen (which does not expand macros): the header check
-        /// parses them with the crate's source.
-        #[cfg(test)]
-        pub(crate) const DECLS: &str = concat!($( atomic_family!(declare; $t, $op, $nb, $nbi), )*);
+            /// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
+            /// and writes its event to `*ev`; a fetching operation's old value is
+            /// written to `*old` (unless NULL) by the call that completes the event,
+            /// never if the event is freed first. One function per element type:
+            /// `gex_atomic_op_nb_<t>`.
+            ///
+            /// Returns as the blocking form (no event is made on error); `GEX_ERR_NULL`
+            /// if `ev` is NULL.
+            ///
+            /// # Safety
+            /// As the blocking form, with `old` valid for writing until the event is
+            /// completed or freed; `ev` is NULL or valid for writing one pointer.
+            fn $nb0: $t0 [old] [ev] Mode::Nb(ev);
+            $(
+                $(#[$m])*
+                ///
+                /// # Safety
+                /// As the `uint64_t` function of its form.
+                fn $nb: $t [old] [ev] Mode::Nb(ev);
+            )*
+
+            /// Starts the atomic operation `op` (as the blocking form) with an implicit
+            /// event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
+            /// fetching operation's old value is discarded. One function per element
+            /// type: `gex_atomic_op_nbi_<t>`.
+            ///
+            /// Returns as the blocking form (nothing is started on error).
+            ///
+            /// # Safety
+            /// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
+            fn $nbi0: $t0 [] [] Mode::Nbi;
+            $(
+                $(#[$m])*
+                ///
+                /// # Safety
+                /// As the `uint64_t` function of its form.
+                fn $nbi: $t [] [] Mode::Nbi;
+            )*
+        }
+    };
+    ($($list:tt)*) => {
+        with_decls!(DECLS = atomic_families[@fns][;] $($list)*);
     };
 }
 
 atomic_families! {
     u64 => gex_atomic_op_u64, gex_atomic_op_nb_u64, gex_atomic_op_nbi_u64;
+    /// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `int64_t`.
     i64 => gex_atomic_op_i64, gex_atomic_op_nb_i64, gex_atomic_op_nbi_i64;
+    /// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `uint32_t`.
     u32 => gex_atomic_op_u32, gex_atomic_op_nb_u32, gex_atomic_op_nbi_u32;
+    /// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `int32_t`.
     i32 => gex_atomic_op_i32, gex_atomic_op_nb_i32, gex_atomic_op_nbi_i32;
+    /// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `double`.
     f64 => gex_atomic_op_f64, gex_atomic_op_nb_f64, gex_atomic_op_nbi_f64;
+    /// As the `uint64_t` function of its form (`gex_atomic_op{,_nb,_nbi}_u64`), on `float`.
     f32 => gex_atomic_op_f32, gex_atomic_op_nb_f32, gex_atomic_op_nbi_f32;
 }
 

@@ -19,28 +19,39 @@ use gex_facade::coll::{BarrierFlags, BitOp, Elem, Exscan, ReduceOp};
 use gex_facade::prelude::*;
 use std::ffi::{c_int, c_void};
 
-/// A reduction operator (`gex_allreduce_*`, `gex_reduce`, `gex_allreduce`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum gex_op_t {
-    /// Sum (wrapping for integers).
-    GEX_OP_SUM = 0,
-    /// Minimum.
-    GEX_OP_MIN = 1,
-    /// Maximum.
-    GEX_OP_MAX = 2,
-    /// Product (wrapping for integers).
-    GEX_OP_PROD = 3,
-    /// Bitwise and (integer types only).
-    GEX_OP_BAND = 4,
-    /// Bitwise or (integer types only).
-    GEX_OP_BOR = 5,
-    /// Bitwise exclusive or (integer types only).
-    GEX_OP_BXOR = 6,
-    /// Logical and: 1 if both are non-zero, else 0 (integer types only).
-    GEX_OP_LAND = 7,
-    /// Logical or: 1 if either is non-zero, else 0 (integer types only).
-    GEX_OP_LOR = 8,
+c_enum! {
+    OP_DECLS;
+    /// A reduction operator (`gex_allreduce_*`, `gex_reduce`, `gex_allreduce`).
+    pub enum gex_op_t {
+        /// Sum (wrapping for integers).
+        GEX_OP_SUM = 0 => OpKind::Builtin(BuiltinOp::Sum),
+        /// Minimum.
+        GEX_OP_MIN = 1 => OpKind::Builtin(BuiltinOp::Min),
+        /// Maximum.
+        GEX_OP_MAX = 2 => OpKind::Builtin(BuiltinOp::Max),
+        /// Product (wrapping for integers).
+        GEX_OP_PROD = 3 => OpKind::Builtin(BuiltinOp::Prod),
+        /// Bitwise and (integer types only).
+        GEX_OP_BAND = 4 => OpKind::Bit(BitOp::Band),
+        /// Bitwise or (integer types only).
+        GEX_OP_BOR = 5 => OpKind::Bit(BitOp::Bor),
+        /// Bitwise exclusive or (integer types only).
+        GEX_OP_BXOR = 6 => OpKind::Bit(BitOp::Bxor),
+        /// Logical and: 1 if both are non-zero, else 0 (integer types only).
+        GEX_OP_LAND = 7 => OpKind::Bit(BitOp::Land),
+        /// Logical or: 1 if either is non-zero, else 0 (integer types only).
+        GEX_OP_LOR = 8 => OpKind::Bit(BitOp::Lor),
+    }
+    /// The gex-coll operator.
+    fn kind(self) -> OpKind;
+}
+
+/// What a C reduction operator is to gex-coll: an operator of every element type or a
+/// bitwise one (integer types only).
+#[derive(Clone, Copy)]
+enum OpKind {
+    Builtin(BuiltinOp),
+    Bit(BitOp),
 }
 
 /// An element type of the typed collectives and atomic domains.
@@ -63,27 +74,21 @@ pub enum gex_dt_t {
     GEX_DT_U8 = 6,
 }
 
+/// The operator of every element type that `op` names; `GEX_ERR_INVALID` for an
+/// unknown or a bitwise one.
 fn builtin(op: c_int) -> Result<BuiltinOp, Error> {
-    use gex_op_t::*;
-    match op {
-        x if x == GEX_OP_SUM as c_int => Ok(BuiltinOp::Sum),
-        x if x == GEX_OP_MIN as c_int => Ok(BuiltinOp::Min),
-        x if x == GEX_OP_MAX as c_int => Ok(BuiltinOp::Max),
-        x if x == GEX_OP_PROD as c_int => Ok(BuiltinOp::Prod),
+    match gex_op_t::from_code(op).map(gex_op_t::kind) {
+        Some(OpKind::Builtin(b)) => Ok(b),
         _ => Err(Error::invalid(format!(
             "unknown reduction operator {op} (or a bitwise one on a float type)"
         ))),
     }
 }
 
+/// The bitwise operator that `op` names, if it names one.
 fn bitop(op: c_int) -> Option<BitOp> {
-    use gex_op_t::*;
-    match op {
-        x if x == GEX_OP_BAND as c_int => Some(BitOp::Band),
-        x if x == GEX_OP_BOR as c_int => Some(BitOp::Bor),
-        x if x == GEX_OP_BXOR as c_int => Some(BitOp::Bxor),
-        x if x == GEX_OP_LAND as c_int => Some(BitOp::Land),
-        x if x == GEX_OP_LOR as c_int => Some(BitOp::Lor),
+    match gex_op_t::from_code(op).map(gex_op_t::kind) {
+        Some(OpKind::Bit(b)) => Some(b),
         _ => None,
     }
 }

@@ -73,9 +73,10 @@
 //! dependency, and costs nothing to a release build) and fails if the checked-in file
 //! differs; `BLESS=1 cargo test -p gex-capi --lib gex_h` rewrites it. cbindgen does not
 //! expand macros, so the macro-generated entry points (the atomic families, the typed
-//! and user-operator collectives, the RMA and VIS families: `c_fns!`) also write their
-//! declarations as Rust source (`DECLS`, test builds only), which the test hands to
-//! cbindgen with the crate's source. A build script writing the header on every build was the
+//! and user-operator collectives, the RMA and VIS families: `c_fns!`) and the
+//! enumerations made with what their constants mean (`gex_status_t`, `gex_op_t`:
+//! `c_enum!`) also write their declarations as Rust source (`DECLS`, test builds
+//! only), which the test hands to cbindgen with the crate's source. A build script writing the header on every build was the
 //! other choice: it would put cbindgen and its parse of the whole crate into every
 //! build of the library, for a file that changes only with the API.
 //!
@@ -121,6 +122,51 @@ macro_rules! with_decls {
         /// source, for cbindgen.
         #[cfg(test)]
         pub(crate) const $decls: &str = $gen!($($pre)* declare $($post)* $($list)*);
+    };
+}
+
+/// A C enumeration and what each of its constants means to the crate, from one list
+/// (`NAME = code => value,`), and its declaration as Rust source in the constant
+/// `$decls` (test builds only), which the header check hands to cbindgen: the enum
+/// (`#[repr(C)]`, the codes explicit, as the header has them), `from_code` (the
+/// constant of a C `int`, if it is one) and the method `$f`, each constant's value.
+macro_rules! c_enum {
+    (
+        $decls:ident;
+        $(#[$m:meta])* pub enum $name:ident {
+            $( $(#[$vm:meta])* $v:ident = $code:literal => $val:expr, )*
+        }
+        $(#[$fm:meta])* $fvis:vis fn $f:ident(self) -> $vt:ty;
+    ) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $name {
+            $( $(#[$vm])* $v = $code, )*
+        }
+
+        impl $name {
+            /// The constant whose code is `code`, if there is one.
+            pub fn from_code(code: ::std::ffi::c_int) -> Option<Self> {
+                match code {
+                    $( $code => Some(Self::$v), )*
+                    _ => None,
+                }
+            }
+
+            $(#[$fm])*
+            $fvis fn $f(self) -> $vt {
+                match self {
+                    $( Self::$v => $val, )*
+                }
+            }
+        }
+
+        /// The enumeration's declaration as Rust source, for cbindgen.
+        #[cfg(test)]
+        pub(crate) const $decls: &str = stringify!(
+            $(#[$m])* #[repr(C)] pub enum $name { $( $(#[$vm])* $v = $code, )* }
+        );
     };
 }
 
@@ -222,7 +268,9 @@ pub use status::gex_status_t;
 /// The declarations of every macro-generated entry point as Rust source, for cbindgen
 /// (which does not expand macros): the header check parses them with the crate's source.
 #[cfg(test)]
-pub(crate) const DECLS: [&str; 8] = [
+pub(crate) const DECLS: [&str; 10] = [
+    status::DECLS,
+    coll::OP_DECLS,
     am::DECLS,
     atomic::DECLS,
     atomic::U64_DECLS,

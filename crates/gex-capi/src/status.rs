@@ -4,96 +4,57 @@
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
-use std::ffi::{CString, c_char, c_int};
+use std::ffi::{CStr, CString, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// What an entry point returns (as an `int`). `GEX_OK` and `GEX_PENDING` are not
-/// errors; every error is negative.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum gex_status_t {
-    /// Success.
-    GEX_OK = 0,
-    /// The operation has not completed yet (`gex_event_test`): not an error.
-    GEX_PENDING = 1,
-    /// A required pointer argument was NULL.
-    GEX_ERR_NULL = -1,
-    /// An argument is invalid: a handle that is not (or no longer) one of gex's, a
-    /// length whose byte count overflows, an unknown operator, too many AM arguments, a
-    /// rank out of range, an unregistered handler index.
-    GEX_ERR_INVALID = -2,
-    /// The client could not be initialised or finalised (bootstrap, configuration,
-    /// conduit); the last error says why.
-    GEX_ERR_INIT = -3,
-    /// An active-message operation failed (payload too large, reply from a reply, a
-    /// second reply, the conduit failed).
-    GEX_ERR_AM = -4,
-    /// A put, get or atomic failed (outside the target's segment, misaligned, an
-    /// operation not in the atomic domain, the conduit failed).
-    GEX_ERR_RMA = -5,
-    /// A collective failed.
-    GEX_ERR_COLL = -6,
-    /// An event failed: it belongs to another endpoint, or its operation was abandoned.
-    GEX_ERR_EVENT = -7,
-    /// Another thread is inside a call on this endpoint (an endpoint is used by one
-    /// thread at a time).
-    GEX_ERR_BUSY = -8,
-    /// Called from inside an AM handler, where only the token functions are allowed.
-    GEX_ERR_IN_HANDLER = -9,
-    /// Not allowed in the current state (e.g. finalising a client whose endpoints are
-    /// still open).
-    GEX_ERR_STATE = -10,
-    /// gex panicked inside the call (a bug in gex): the panic's message is the last
-    /// error; the endpoint involved may be unusable (its later calls return this too).
-    GEX_ERR_PANIC = -11,
+c_enum! {
+    DECLS;
+    /// What an entry point returns (as an `int`). `GEX_OK` and `GEX_PENDING` are not
+    /// errors; every error is negative.
+    pub enum gex_status_t {
+        /// Success.
+        GEX_OK = 0 => c"success",
+        /// The operation has not completed yet (`gex_event_test`): not an error.
+        GEX_PENDING = 1 => c"the operation has not completed yet",
+        /// A required pointer argument was NULL.
+        GEX_ERR_NULL = -1 => c"a required pointer argument was NULL",
+        /// An argument is invalid: a handle that is not (or no longer) one of gex's, a
+        /// length whose byte count overflows, an unknown operator, too many AM arguments, a
+        /// rank out of range, an unregistered handler index.
+        GEX_ERR_INVALID = -2 => c"an argument is invalid",
+        /// The client could not be initialised or finalised (bootstrap, configuration,
+        /// conduit); the last error says why.
+        GEX_ERR_INIT = -3 => c"the client could not be initialised or finalised",
+        /// An active-message operation failed (payload too large, reply from a reply, a
+        /// second reply, the conduit failed).
+        GEX_ERR_AM = -4 => c"an active-message operation failed",
+        /// A put, get or atomic failed (outside the target's segment, misaligned, an
+        /// operation not in the atomic domain, the conduit failed).
+        GEX_ERR_RMA = -5 => c"a put, get or atomic operation failed",
+        /// A collective failed.
+        GEX_ERR_COLL = -6 => c"a collective operation failed",
+        /// An event failed: it belongs to another endpoint, or its operation was abandoned.
+        GEX_ERR_EVENT = -7 => c"the event failed (another endpoint's, or abandoned)",
+        /// Another thread is inside a call on this endpoint (an endpoint is used by one
+        /// thread at a time).
+        GEX_ERR_BUSY = -8 => c"another thread is inside a call on this endpoint",
+        /// Called from inside an AM handler, where only the token functions are allowed.
+        GEX_ERR_IN_HANDLER = -9 => c"not allowed inside an active-message handler",
+        /// Not allowed in the current state (e.g. finalising a client whose endpoints are
+        /// still open).
+        GEX_ERR_STATE = -10 => c"not allowed in the current state",
+        /// gex panicked inside the call (a bug in gex): the panic's message is the last
+        /// error; the endpoint involved may be unusable (its later calls return this too).
+        GEX_ERR_PANIC = -11 => c"gex panicked inside the call (a bug in gex)",
+    }
+    /// A static, NUL-terminated description.
+    fn message(self) -> &'static CStr;
 }
 
 impl gex_status_t {
     /// The status as the `int` the entry points return.
     pub fn code(self) -> c_int {
         self as c_int
-    }
-
-    /// The status of `code`, if it is one.
-    pub fn from_code(code: c_int) -> Option<Self> {
-        use gex_status_t::*;
-        [
-            GEX_OK,
-            GEX_PENDING,
-            GEX_ERR_NULL,
-            GEX_ERR_INVALID,
-            GEX_ERR_INIT,
-            GEX_ERR_AM,
-            GEX_ERR_RMA,
-            GEX_ERR_COLL,
-            GEX_ERR_EVENT,
-            GEX_ERR_BUSY,
-            GEX_ERR_IN_HANDLER,
-            GEX_ERR_STATE,
-            GEX_ERR_PANIC,
-        ]
-        .into_iter()
-        .find(|s| s.code() == code)
-    }
-
-    /// A static, NUL-terminated description.
-    fn message(self) -> &'static std::ffi::CStr {
-        use gex_status_t::*;
-        match self {
-            GEX_OK => c"success",
-            GEX_PENDING => c"the operation has not completed yet",
-            GEX_ERR_NULL => c"a required pointer argument was NULL",
-            GEX_ERR_INVALID => c"an argument is invalid",
-            GEX_ERR_INIT => c"the client could not be initialised or finalised",
-            GEX_ERR_AM => c"an active-message operation failed",
-            GEX_ERR_RMA => c"a put, get or atomic operation failed",
-            GEX_ERR_COLL => c"a collective operation failed",
-            GEX_ERR_EVENT => c"the event failed (another endpoint's, or abandoned)",
-            GEX_ERR_BUSY => c"another thread is inside a call on this endpoint",
-            GEX_ERR_IN_HANDLER => c"not allowed inside an active-message handler",
-            GEX_ERR_STATE => c"not allowed in the current state",
-            GEX_ERR_PANIC => c"gex panicked inside the call (a bug in gex)",
-        }
     }
 }
 
