@@ -908,9 +908,9 @@ pub fn state<L: Layer, C: Conduit, R>(
 /// progress thread (whose cache stays empty), or a layer past the cached ones — and
 /// [`state`] (or [`with`]) must take the lock word. For a fast path with a general way
 /// behind it: no closure, so the compiler inlines the caller's work once and builds
-/// nothing for the other way (gex-rma's atomics, whose request is larger than
-/// [`state`] inlines into both ways: passed to the out-of-line way, its captures were
-/// stored to memory on every call; docs/performance.md, issue 29's A/B). The state is
+/// nothing for the other way (an atomic whose request is larger than [`state`]
+/// inlines into both ways: passed to the out-of-line way, its captures were stored to
+/// memory on every call; docs/performance.md, issue 29's A/B). The state is
 /// borrowed from `ep`, mutably, for as long as the result lives.
 ///
 /// ```
