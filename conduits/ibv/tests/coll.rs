@@ -70,44 +70,28 @@ fn world(client: &Client<Ibv>) -> Result<(), String> {
                     };
                     let inp = input(me, op.shape(p, me, root).0.max(1), count);
                     let s = sum.clone();
+                    // Runs the descriptor `$d` with `opts`, blocking.
+                    macro_rules! run {
+                        ($d:expr) => {
+                            c.collective(&w, $d.opts(opts), Blocking)?
+                        };
+                    }
                     let r: Result<Vec<u64>, gex_coll::CollError> = (|| {
                         Ok(match op {
                             OpKind::Barrier => {
-                                c.collective(&w, Barrier::new().opts(opts), Blocking)?;
+                                run!(Barrier::new());
                                 vec![]
                             }
-                            OpKind::Broadcast => {
-                                c.collective(&w, Broadcast::new(root, inp).opts(opts), Blocking)?
-                            }
-                            OpKind::Scatter => c.collective(
-                                &w,
-                                Scatter::new(root, inp, count).opts(opts),
-                                Blocking,
-                            )?,
-                            OpKind::Gather => {
-                                c.collective(&w, Gather::new(root, inp).opts(opts), Blocking)?
-                            }
-                            OpKind::GatherAll => {
-                                c.collective(&w, GatherAll::new(inp).opts(opts), Blocking)?
-                            }
-                            OpKind::Exchange => {
-                                c.collective(&w, Exchange::new(inp).opts(opts), Blocking)?
-                            }
-                            OpKind::Reduce => {
-                                c.collective(&w, Reduce::new(root, inp, s).opts(opts), Blocking)?
-                            }
-                            OpKind::Allreduce => {
-                                c.collective(&w, Allreduce::new(inp, s).opts(opts), Blocking)?
-                            }
-                            OpKind::ReduceScatter => {
-                                c.collective(&w, ReduceScatter::new(inp, s).opts(opts), Blocking)?
-                            }
-                            OpKind::Scan => {
-                                c.collective(&w, Scan::new(inp, s).opts(opts), Blocking)?
-                            }
-                            OpKind::Exscan => {
-                                c.collective(&w, Exscan::new(inp, s).opts(opts), Blocking)?
-                            }
+                            OpKind::Broadcast => run!(Broadcast::new(root, inp)),
+                            OpKind::Scatter => run!(Scatter::new(root, inp, count)),
+                            OpKind::Gather => run!(Gather::new(root, inp)),
+                            OpKind::GatherAll => run!(GatherAll::new(inp)),
+                            OpKind::Exchange => run!(Exchange::new(inp)),
+                            OpKind::Reduce => run!(Reduce::new(root, inp, s)),
+                            OpKind::Allreduce => run!(Allreduce::new(inp, s)),
+                            OpKind::ReduceScatter => run!(ReduceScatter::new(inp, s)),
+                            OpKind::Scan => run!(Scan::new(inp, s)),
+                            OpKind::Exscan => run!(Exscan::new(inp, s)),
                         })
                     })();
                     let got = match r {

@@ -67,6 +67,19 @@ impl Side {
         }
         got
     }
+    /// Posts a signaled RDMA READ of the 8 bytes at `remote_addr` (under `rkey`) into
+    /// word `word`.
+    fn read(&self, wr_id: u64, remote_addr: u64, rkey: u32, word: usize) {
+        self.post(wr_id, SendOp::Read { remote_addr, rkey }, self.sge(word, 8));
+    }
+    /// Posts a signaled RDMA WRITE of word `word` to `remote_addr` (under `rkey`).
+    fn write(&self, wr_id: u64, remote_addr: u64, rkey: u32, word: usize) {
+        self.post(
+            wr_id,
+            SendOp::Write { remote_addr, rkey },
+            self.sge(word, 8),
+        );
+    }
     fn post(&self, wr_id: u64, op: SendOp, sge: Sge) {
         let wr = SendWr {
             wr_id,
@@ -124,24 +137,10 @@ fn write_read_and_atomics() {
     let (mut a, b) = pair(ConnectParams::default());
     let rkey = EmuVerbs::rkey(&b.mr);
     a.mem[0] = 0xdead_beef;
-    a.post(
-        1,
-        SendOp::Write {
-            remote_addr: b.addr(10),
-            rkey,
-        },
-        a.sge(0, 8),
-    );
+    a.write(1, b.addr(10), rkey, 0);
     a.wait(1);
     assert_eq!(b.mem[10], 0xdead_beef);
-    a.post(
-        2,
-        SendOp::Read {
-            remote_addr: b.addr(10),
-            rkey,
-        },
-        a.sge(5, 8),
-    );
+    a.read(2, b.addr(10), rkey, 5);
     a.wait(1);
     assert_eq!(a.mem[5], 0xdead_beef);
     a.post(
@@ -192,14 +191,7 @@ fn write_read_and_atomics() {
     };
     // SAFETY: registered, alive until the next signaled completion is polled.
     unsafe { a.v.post_send(&a.qp, &wr) }.unwrap();
-    a.post(
-        7,
-        SendOp::Read {
-            remote_addr: b.addr(11),
-            rkey,
-        },
-        a.sge(9, 8),
-    );
+    a.read(7, b.addr(11), rkey, 9);
     let w = a.wait(1);
     assert_eq!((w[0].wr_id, a.mem[9]), (7, 0xdead_beef));
 }
@@ -212,43 +204,15 @@ fn wrong_keys_ranges_and_rights_are_remote_access_errors() {
         .unwrap();
     let rkey = EmuVerbs::rkey(&b.mr);
     // Readable, but not writable.
-    a.post(
-        1,
-        SendOp::Read {
-            remote_addr: b.addr(0),
-            rkey,
-        },
-        a.sge(0, 8),
-    );
+    a.read(1, b.addr(0), rkey, 0);
     assert_eq!(a.wait(1)[0].status, WcStatus::Success);
-    a.post(
-        2,
-        SendOp::Write {
-            remote_addr: b.addr(0),
-            rkey,
-        },
-        a.sge(0, 8),
-    );
-    a.post(
-        3,
-        SendOp::Read {
-            remote_addr: b.addr(0),
-            rkey,
-        },
-        a.sge(0, 8),
-    );
+    a.write(2, b.addr(0), rkey, 0);
+    a.read(3, b.addr(0), rkey, 0);
     let w = a.wait(2);
     assert_eq!((w[0].wr_id, w[0].status), (2, WcStatus::RemoteAccessError));
     assert_eq!((w[1].wr_id, w[1].status), (3, WcStatus::WrFlushError));
     // The queue pair is in error: later requests flush too.
-    a.post(
-        4,
-        SendOp::Read {
-            remote_addr: b.addr(0),
-            rkey,
-        },
-        a.sge(0, 8),
-    );
+    a.read(4, b.addr(0), rkey, 0);
     assert_eq!(a.wait(1)[0].status, WcStatus::WrFlushError);
 
     for (i, (addr, key)) in [
@@ -332,14 +296,7 @@ fn a_dropped_peer_fails_outstanding_requests() {
     a.v.inject(Fault::DropQp {
         qpn: a.v.qp_addr(&a.qp).qpn,
     });
-    a.post(
-        3,
-        SendOp::Read {
-            remote_addr: b.addr(0),
-            rkey: EmuVerbs::rkey(&b.mr),
-        },
-        a.sge(0, 8),
-    );
+    a.read(3, b.addr(0), EmuVerbs::rkey(&b.mr), 0);
     let w = a.wait(1);
     assert!(
         matches!(
@@ -354,14 +311,7 @@ fn a_dropped_peer_fails_outstanding_requests() {
 fn corrupted_rkeys_fault() {
     let (a, b) = pair(ConnectParams::default());
     a.v.inject(Fault::CorruptRkey { count: 1 });
-    a.post(
-        1,
-        SendOp::Write {
-            remote_addr: b.addr(0),
-            rkey: EmuVerbs::rkey(&b.mr),
-        },
-        a.sge(0, 8),
-    );
+    a.write(1, b.addr(0), EmuVerbs::rkey(&b.mr), 0);
     assert_eq!(a.wait(1)[0].status, WcStatus::RemoteAccessError);
 }
 
@@ -372,14 +322,7 @@ fn completion_queue_overrun() {
     a.v.connect(&a.qp, &b.v.qp_addr(&b.qp), &ConnectParams::default())
         .unwrap();
     for i in 0..3 {
-        a.post(
-            i,
-            SendOp::Read {
-                remote_addr: b.addr(0),
-                rkey: EmuVerbs::rkey(&b.mr),
-            },
-            a.sge(0, 8),
-        );
+        a.read(i, b.addr(0), EmuVerbs::rkey(&b.mr), 0);
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut buf = [Wc::EMPTY; 1];

@@ -45,23 +45,40 @@ fn wait_for(ep: &mut gex_core::OwnedEndpoint<Ibv>, got: &AtomicU64, n: u64) {
     common::wait_for_count(ep, got, n, Duration::from_secs(30), "requests");
 }
 
+/// Runs `body` on every rank of an `n`-rank thread job with the rank's number, its
+/// client (from `make`), a [`counting_ep`] and its count, and a barrier of all ranks;
+/// then finalizes the rank.
+fn run_ranks(
+    n: u32,
+    make: impl Fn(ThreadBoot) -> gex_core::Client<Ibv> + Sync,
+    body: impl Fn(u32, &gex_core::Client<Ibv>, &mut gex_core::OwnedEndpoint<Ibv>, &AtomicU64, &Barrier)
+    + Sync,
+) {
+    let all = Barrier::new(n as usize);
+    ThreadJob::new(n)
+        .run(|boot| {
+            let rank = boot.rank();
+            let client = make(boot);
+            let (mut ep, got) = counting_ep(&client);
+            body(rank, &client, &mut ep, &got, &all);
+            gex_testkit::finalize(ep, client).expect("finalize");
+        })
+        .expect("job");
+}
+
 /// Ranks talk in pairs (0 with 1, 2 with 3): lazily each endpoint makes one RC queue
 /// pair (its partner's) and one UD queue pair; eagerly, one RC queue pair per endpoint
 /// of the job and no UD queue pair.
 #[test]
 fn only_the_peers_talked_with_get_queue_pairs() {
     for (mode, rc, ud) in [("lazy", 1u64, 1u64), ("eager", 4, 0)] {
-        let job = ThreadJob::new(4);
-        let start = Barrier::new(4);
-        job.run(|boot| {
-            let rank = boot.rank();
-            let client = init(boot, &[("GEX_IBV_CONNECT", mode)]);
-            let (mut ep, got) = counting_ep(&client);
+        let make = |boot| init(boot, &[("GEX_IBV_CONNECT", mode)]);
+        run_ranks(4, make, |rank, client, ep, got, start| {
             start.wait();
             let partner = rank ^ 1;
-            send(&mut ep, partner, 10);
-            wait_for(&mut ep, &got, 10);
-            let c = emu_counts(&client);
+            send(ep, partner, 10);
+            wait_for(ep, got, 10);
+            let c = emu_counts(client);
             assert_eq!(
                 (c.rc_qps, c.ud_qps),
                 (rc, ud),
@@ -70,9 +87,7 @@ fn only_the_peers_talked_with_get_queue_pairs() {
             // Nobody leaves before everyone has counted (a late message would not
             // make a queue pair, but keep the counts exact).
             start.wait();
-            gex_testkit::finalize(ep, client).expect("finalize");
-        })
-        .expect("job");
+        });
     }
 }
 
@@ -81,21 +96,18 @@ fn only_the_peers_talked_with_get_queue_pairs() {
 #[test]
 fn simultaneous_first_contact() {
     for round in 0..5 {
-        let job = ThreadJob::new(2);
-        let start = Barrier::new(2);
-        job.run(|boot| {
-            let rank = boot.rank();
-            let client = init(boot, &[]);
-            let (mut ep, got) = counting_ep(&client);
-            start.wait();
-            send(&mut ep, 1 - rank, 50);
-            wait_for(&mut ep, &got, 50);
-            let c = emu_counts(&client);
-            assert_eq!(c.rc_qps, 1, "round {round}: rank {rank}: {c:?}");
-            start.wait();
-            gex_testkit::finalize(ep, client).expect("finalize");
-        })
-        .expect("job");
+        run_ranks(
+            2,
+            |boot| init(boot, &[]),
+            |rank, client, ep, got, start| {
+                start.wait();
+                send(ep, 1 - rank, 50);
+                wait_for(ep, got, 50);
+                let c = emu_counts(client);
+                assert_eq!(c.rc_qps, 1, "round {round}: rank {rank}: {c:?}");
+                start.wait();
+            },
+        );
     }
 }
 
@@ -104,35 +116,32 @@ fn simultaneous_first_contact() {
 /// idempotent answers, and the messages arrive once each.
 #[test]
 fn lost_and_duplicated_connection_datagrams() {
-    let job = ThreadJob::new(2);
-    let start = Barrier::new(2);
-    job.run(|boot| {
-        let rank = boot.rank();
-        let client = init(boot, &[]);
-        let (mut ep, got) = counting_ep(&client);
-        let ibv = client.conduit().clone();
-        let lost = if rank == 0 { 2 } else { 1 };
-        assert!(ibv.emu_inject(0, Fault::LoseDatagrams { count: lost }));
-        assert!(ibv.emu_inject(0, Fault::DuplicateDatagrams { count: 4 }));
-        start.wait();
-        if rank == 0 {
-            send(&mut ep, 1, 5);
-            wait_for(&mut ep, &got, 1);
-        } else {
-            wait_for(&mut ep, &got, 5);
-            send(&mut ep, 0, 1);
-        }
-        let c = ibv.emu_counts(0).expect("emulated device");
-        assert_eq!(c.datagrams_lost, if rank == 0 { 2 } else { 1 }, "{c:?}");
-        assert!(c.datagrams > c.datagrams_lost, "{c:?}");
-        assert_eq!(c.rc_qps, 1, "{c:?}");
-        start.wait();
-        // Exactly the messages sent arrived (a duplicated datagram is not a message).
-        ep.poll();
-        assert_eq!(got.load(Ordering::Relaxed), if rank == 0 { 1 } else { 5 });
-        gex_testkit::finalize(ep, client).expect("finalize");
-    })
-    .expect("job");
+    run_ranks(
+        2,
+        |boot| init(boot, &[]),
+        |rank, client, ep, got, start| {
+            let ibv = client.conduit();
+            let lost = if rank == 0 { 2 } else { 1 };
+            assert!(ibv.emu_inject(0, Fault::LoseDatagrams { count: lost }));
+            assert!(ibv.emu_inject(0, Fault::DuplicateDatagrams { count: 4 }));
+            start.wait();
+            if rank == 0 {
+                send(ep, 1, 5);
+                wait_for(ep, got, 1);
+            } else {
+                wait_for(ep, got, 5);
+                send(ep, 0, 1);
+            }
+            let c = emu_counts(client);
+            assert_eq!(c.datagrams_lost, if rank == 0 { 2 } else { 1 }, "{c:?}");
+            assert!(c.datagrams > c.datagrams_lost, "{c:?}");
+            assert_eq!(c.rc_qps, 1, "{c:?}");
+            start.wait();
+            // Exactly the messages sent arrived (a duplicated datagram is not a message).
+            ep.poll();
+            assert_eq!(got.load(Ordering::Relaxed), if rank == 0 { 1 } else { 5 });
+        },
+    );
 }
 
 /// Rank 1 never polls while rank 0 makes first contact with AMs, a large put and a get:
@@ -140,17 +149,13 @@ fn lost_and_duplicated_connection_datagrams() {
 /// requests and the bytes.
 #[test]
 fn a_passive_target_is_connected() {
-    let job = ThreadJob::new(2);
-    let phase = Barrier::new(2);
-    job.run(|boot| {
-        let rank = boot.rank();
-        let client = common::emu_client(gex_testkit::rma::client_builder(), boot, &[], 1 << 20);
-        let (mut ep, got) = counting_ep(&client);
+    let make = |boot| common::emu_client(gex_testkit::rma::client_builder(), boot, &[], 1 << 20);
+    run_ranks(2, make, |rank, _client, ep, got, phase| {
         phase.wait();
         let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 13) as u8).collect();
         if rank == 0 {
             use gex_rma::{GlobalPtr, RmaExt};
-            send(&mut ep, 1, 5);
+            send(ep, 1, 5);
             let dst = GlobalPtr::<u8>::new(EpAddr::rank(1), 4096);
             ep.put(dst, &bytes, gex_core::Blocking).expect("put");
             let mut back = vec![0u8; bytes.len()];
@@ -160,15 +165,13 @@ fn a_passive_target_is_connected() {
         // Rank 1 has not polled until here.
         phase.wait();
         if rank == 1 {
-            wait_for(&mut ep, &got, 5);
+            wait_for(ep, got, 5);
             let mut mine = vec![0u8; bytes.len()];
             ep.segment().read(4096, &mut mine).expect("read");
             assert!(mine == bytes, "the put's bytes are in rank 1's segment");
         }
         phase.wait();
-        gex_testkit::finalize(ep, client).expect("finalize");
-    })
-    .expect("job");
+    });
 }
 
 /// Rank 1's device loses every datagram it sends (its answers never arrive): rank 0's
@@ -176,12 +179,8 @@ fn a_passive_target_is_connected() {
 /// and the setting, and nothing hangs.
 #[test]
 fn a_peer_that_never_answers_is_named() {
-    let job = ThreadJob::new(2);
-    let done = Barrier::new(2);
-    job.run(|boot| {
-        let rank = boot.rank();
-        let client = init(boot, &[("GEX_IBV_CONNECT_TIMEOUT", "1s")]);
-        let (mut ep, _got) = counting_ep(&client);
+    let make = |boot| init(boot, &[("GEX_IBV_CONNECT_TIMEOUT", "1s")]);
+    run_ranks(2, make, |rank, client, ep, _got, done| {
         if rank == 1 {
             assert!(
                 client
@@ -217,9 +216,7 @@ fn a_peer_that_never_answers_is_named() {
             assert!(t1.elapsed() < Duration::from_millis(500));
         }
         done.wait();
-        gex_testkit::finalize(ep, client).expect("finalize");
-    })
-    .expect("job");
+    });
 }
 
 /// Rank 0 starts a connection (its request answers would-block) and both ranks
@@ -227,25 +224,23 @@ fn a_peer_that_never_answers_is_named() {
 /// stopped and joined), nothing hangs or panics.
 #[test]
 fn finalize_with_a_pending_connection() {
-    let job = ThreadJob::new(2);
     let t0 = Instant::now();
-    job.run(|boot| {
-        let rank = boot.rank();
-        let client = init(boot, &[]);
-        let (mut ep, _got) = counting_ep(&client);
-        if rank == 0 {
-            let r = ep
-                .try_request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]))
-                .expect("no error");
-            assert_eq!(r, Injected::WouldBlock);
-            // The queue pair is made and CONNECT sent (rank 1's connection thread may
-            // already be answering).
-            let c = emu_counts(&client);
-            assert!(c.rc_qps == 1 && c.datagrams >= 1, "{c:?}");
-        }
-        gex_testkit::finalize(ep, client).expect("finalize");
-    })
-    .expect("job");
+    run_ranks(
+        2,
+        |boot| init(boot, &[]),
+        |rank, client, ep, _got, _all| {
+            if rank == 0 {
+                let r = ep
+                    .try_request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]))
+                    .expect("no error");
+                assert_eq!(r, Injected::WouldBlock);
+                // The queue pair is made and CONNECT sent (rank 1's connection thread may
+                // already be answering).
+                let c = emu_counts(client);
+                assert!(c.rc_qps == 1 && c.datagrams >= 1, "{c:?}");
+            }
+        },
+    );
     assert!(t0.elapsed() < Duration::from_secs(20));
 }
 

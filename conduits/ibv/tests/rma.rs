@@ -95,12 +95,10 @@ fn native_rank(boot: Box<dyn gex_core::boot::Bootstrap>, rma: &'static str) -> R
             }
         }
     }
-    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
-    gex_testkit::rma::hundred_fetch_adds(&mut ep, native, || {
-        client.conduit().stats().native_atomics
+    gex_testkit::rma::finish_with_hundred_fetch_adds(ep, client, native, |c| {
+        c.conduit().stats().native_atomics
     })
-    .map_err(|e| format!("GEX_IBV_RMA={rma}: {e}"))?;
-    gex_testkit::finalize(ep, client)
+    .map_err(|e| format!("GEX_IBV_RMA={rma}: {e}"))
 }
 
 /// A 2-rank job of the test `test` running [`native_rank`] with `GEX_IBV_RMA=rma`.

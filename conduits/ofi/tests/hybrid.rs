@@ -244,42 +244,27 @@ fn coll_world(client: &Client<OfiHybrid>) -> Result<(), String> {
                     };
                     let input = coll_input(me, op.shape(p, me, root).0.max(1), count);
                     let s = sum.clone();
+                    // Runs the descriptor `$d` with `opts`, blocking.
+                    macro_rules! run {
+                        ($d:expr) => {
+                            c.collective(&w, $d.opts(opts), Blocking).map_err(e)?
+                        };
+                    }
                     let got: Vec<u64> = match op {
                         OpKind::Barrier => {
-                            c.collective(&w, Barrier::new().opts(opts), Blocking)
-                                .map_err(e)?;
+                            run!(Barrier::new());
                             vec![]
                         }
-                        OpKind::Broadcast => c
-                            .collective(&w, Broadcast::new(root, input).opts(opts), Blocking)
-                            .map_err(e)?,
-                        OpKind::Scatter => c
-                            .collective(&w, Scatter::new(root, input, count).opts(opts), Blocking)
-                            .map_err(e)?,
-                        OpKind::Gather => c
-                            .collective(&w, Gather::new(root, input).opts(opts), Blocking)
-                            .map_err(e)?,
-                        OpKind::GatherAll => c
-                            .collective(&w, GatherAll::new(input).opts(opts), Blocking)
-                            .map_err(e)?,
-                        OpKind::Exchange => c
-                            .collective(&w, Exchange::new(input).opts(opts), Blocking)
-                            .map_err(e)?,
-                        OpKind::Reduce => c
-                            .collective(&w, Reduce::new(root, input, s).opts(opts), Blocking)
-                            .map_err(e)?,
-                        OpKind::Allreduce => c
-                            .collective(&w, Allreduce::new(input, s).opts(opts), Blocking)
-                            .map_err(e)?,
-                        OpKind::ReduceScatter => c
-                            .collective(&w, ReduceScatter::new(input, s).opts(opts), Blocking)
-                            .map_err(e)?,
-                        OpKind::Scan => c
-                            .collective(&w, Scan::new(input, s).opts(opts), Blocking)
-                            .map_err(e)?,
-                        OpKind::Exscan => c
-                            .collective(&w, Exscan::new(input, s).opts(opts), Blocking)
-                            .map_err(e)?,
+                        OpKind::Broadcast => run!(Broadcast::new(root, input)),
+                        OpKind::Scatter => run!(Scatter::new(root, input, count)),
+                        OpKind::Gather => run!(Gather::new(root, input)),
+                        OpKind::GatherAll => run!(GatherAll::new(input)),
+                        OpKind::Exchange => run!(Exchange::new(input)),
+                        OpKind::Reduce => run!(Reduce::new(root, input, s)),
+                        OpKind::Allreduce => run!(Allreduce::new(input, s)),
+                        OpKind::ReduceScatter => run!(ReduceScatter::new(input, s)),
+                        OpKind::Scan => run!(Scan::new(input, s)),
+                        OpKind::Exscan => run!(Exscan::new(input, s)),
                     };
                     if got != coll_expected(op, p, me, root, count) {
                         return Err(format!(

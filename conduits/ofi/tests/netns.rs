@@ -231,11 +231,12 @@ fn netns_exists(name: &str) -> bool {
     std::path::Path::new("/run/netns").join(name).exists()
 }
 
-/// `fn $name(job, case)`: a job running `case`, started as `$how` says, each rank's
-/// client built by `$builder` with `$segment`-byte segments (a runner of
-/// `suite_modules!`).
-macro_rules! case_runner {
-    ($name:ident, $how:expr, $builder:path, $segment:expr) => {
+/// `fn $core(job, case)` and `fn $rma(job, case)` (runners of `suite_modules!`): a job
+/// running `case`, started as `$how` says, each rank's client built for the core suite
+/// (`conformance::builder`, 256 KiB segments) or for the RMA suite
+/// (`gex_testkit::rma::client_builder`, 2 MiB segments).
+macro_rules! case_runners {
+    (@one $name:ident, $how:expr, $builder:path, $segment:expr) => {
         fn $name(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
             launch(
                 $how,
@@ -246,16 +247,13 @@ macro_rules! case_runner {
             )
         }
     };
+    ($how:expr => $core:ident, $rma:ident) => {
+        case_runners!(@one $core, $how, conformance::builder, 256 << 10);
+        case_runners!(@one $rma, $how, gex_testkit::rma::client_builder, 2 << 20);
+    };
 }
 
-case_runner!(runner, How::Fork, conformance::builder, 256 << 10);
-
-case_runner!(
-    rma_runner,
-    How::Fork,
-    gex_testkit::rma::client_builder,
-    2 << 20
-);
+case_runners!(How::Fork => runner, rma_runner);
 
 /// One namespace job at a time in this test process. Each job is 4 rank processes on
 /// the 2 cores of the CI machine; with the test harness's 2 threads, 8 ranks (and two
@@ -617,14 +615,7 @@ fn loopback_only_is_a_clear_error() {
     }
 }
 
-case_runner!(mpiexec_runner, How::Hydra, conformance::builder, 256 << 10);
-
-case_runner!(
-    mpiexec_rma_runner,
-    How::Hydra,
-    gex_testkit::rma::client_builder,
-    2 << 20
-);
+case_runners!(How::Hydra => mpiexec_runner, mpiexec_rma_runner);
 
 gex_testkit::suite_modules! {
     suite: core,

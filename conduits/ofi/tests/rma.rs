@@ -18,7 +18,7 @@ use gex_rma::{
     AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaError, RmaExt, ScopeRmaExt,
 };
 use gex_testkit::exchange_barrier;
-use gex_testkit::procs::{ProcRunner, Procs};
+use gex_testkit::procs::ProcRunner;
 
 const SEGMENT: usize = 2 << 20;
 
@@ -182,39 +182,19 @@ fn native_rank(
             "{provider} GEX_OFI_RMA={rma} GEX_OFI_ATOMICS={atomics}: report says {apath:?}"
         ));
     }
-    gex_testkit::rma::hundred_fetch_adds(&mut ep, want_native, || {
-        client.conduit().stats().native_atomics
+    gex_testkit::rma::finish_with_hundred_fetch_adds(ep, client, want_native, |c| {
+        c.conduit().stats().native_atomics
     })
-    .map_err(|e| format!("{provider} GEX_OFI_RMA={rma}: {e}"))?;
-    gex_testkit::finalize(ep, client)
+    .map_err(|e| format!("{provider} GEX_OFI_RMA={rma}: {e}"))
 }
 
-fn native_job(test: &str, provider: &str, rma: &str, atomics: &str) {
-    Procs::new(2)
-        .test(test)
-        .run(|boot| native_rank(boot, provider, rma, atomics))
-        .assert_success();
-}
-
-#[test]
-fn native_path_is_taken_tcp() {
-    native_job("native_path_is_taken_tcp", "tcp", "1", "1");
-}
-
-#[test]
-fn native_path_is_taken_shm() {
-    native_job("native_path_is_taken_shm", "shm", "1", "1");
-}
-
-#[test]
-fn am_path_with_rma_off() {
-    native_job("am_path_with_rma_off", "tcp", "0", "1");
-}
-
-/// `GEX_OFI_ATOMICS=0`: native RMA, AM-based atomic domains.
-#[test]
-fn atomics_off_keeps_native_rma() {
-    native_job("atomics_off_keeps_native_rma", "shm", "1", "0");
+gex_testkit::procs_tests! {
+    ranks 2, native_rank:
+    native_path_is_taken_tcp("tcp", "1", "1");
+    native_path_is_taken_shm("shm", "1", "1");
+    am_path_with_rma_off("tcp", "0", "1");
+    /// `GEX_OFI_ATOMICS=0`: native RMA, AM-based atomic domains.
+    atomics_off_keeps_native_rma("shm", "1", "0");
 }
 
 /// One rank's part of `relaxed_puts_*`: implicit-event puts are relaxed
@@ -334,35 +314,16 @@ fn relaxed_rank(
     gex_testkit::finalize(ep, client)
 }
 
-fn relaxed_job(test: &str, provider: &str, relaxed: &str, mr_local: &str, expect: bool) {
-    Procs::new(2)
-        .test(test)
-        .run(|boot| relaxed_rank(boot, provider, relaxed, mr_local, expect))
-        .assert_success();
-}
-
-/// tcp;ofi_rxm orders RMA reads after writes: NBI puts are relaxed.
-#[test]
-fn relaxed_puts_tcp() {
-    relaxed_job("relaxed_puts_tcp", "tcp", "1", "0", true);
-}
-
-/// The flush read lands in the slot words, registered under `FI_MR_LOCAL`.
-#[test]
-fn relaxed_puts_tcp_mr_local() {
-    relaxed_job("relaxed_puts_tcp_mr_local", "tcp", "1", "1", true);
-}
-
-/// `GEX_OFI_RELAXED_PUTS=0`: every put asks for `FI_DELIVERY_COMPLETE`, no flushes.
-#[test]
-fn relaxed_puts_off_tcp() {
-    relaxed_job("relaxed_puts_off_tcp", "tcp", "0", "0", false);
-}
-
-/// shm does not order reads after writes: NBI puts stay delivery-complete.
-#[test]
-fn relaxed_puts_not_offered_shm() {
-    relaxed_job("relaxed_puts_not_offered_shm", "shm", "1", "0", false);
+gex_testkit::procs_tests! {
+    ranks 2, relaxed_rank:
+    /// tcp;ofi_rxm orders RMA reads after writes: NBI puts are relaxed.
+    relaxed_puts_tcp("tcp", "1", "0", true);
+    /// The flush read lands in the slot words, registered under `FI_MR_LOCAL`.
+    relaxed_puts_tcp_mr_local("tcp", "1", "1", true);
+    /// `GEX_OFI_RELAXED_PUTS=0`: every put asks for `FI_DELIVERY_COMPLETE`, no flushes.
+    relaxed_puts_off_tcp("tcp", "0", "0", false);
+    /// shm does not order reads after writes: NBI puts stay delivery-complete.
+    relaxed_puts_not_offered_shm("shm", "1", "0", false);
 }
 
 /// `GEX_OFI_MR_LOCAL=1`: the conduit acts as if the provider required `FI_MR_LOCAL`
@@ -575,19 +536,8 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
     Ok(())
 }
 
-fn mr_cache_job(test: &str, provider: &str) {
-    Procs::new(2)
-        .test(test)
-        .run(|boot| mr_cache_rank(boot, provider))
-        .assert_success();
-}
-
-#[test]
-fn mr_cache_tcp() {
-    mr_cache_job("mr_cache_tcp", "tcp");
-}
-
-#[test]
-fn mr_cache_shm() {
-    mr_cache_job("mr_cache_shm", "shm");
+gex_testkit::procs_tests! {
+    ranks 2, mr_cache_rank:
+    mr_cache_tcp("tcp");
+    mr_cache_shm("shm");
 }

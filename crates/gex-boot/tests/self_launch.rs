@@ -46,6 +46,11 @@ fn self_job(
     on_role(spawn_self_test(ranks, name).unwrap(), launcher, rank);
 }
 
+/// [`self_job`] whose launcher asserts that the job's exit code is `code`.
+fn job_ending_with(code: i32, ranks: u32, name: &str, rank: impl FnOnce(Box<dyn Bootstrap>)) {
+    self_job(ranks, name, |c| assert_eq!(c, code), rank);
+}
+
 /// [`self_job`] for a job already started (`role`).
 fn on_role(role: Role, launcher: impl FnOnce(i32), rank: impl FnOnce(Box<dyn Bootstrap>)) {
     match role {
@@ -73,41 +78,36 @@ fn linger(mut boot: Box<dyn Bootstrap>) {
 
 #[test]
 fn four_ranks_exchange_barrier_broadcast() {
-    self_job(
-        4,
-        "four_ranks_exchange_barrier_broadcast",
-        |code| assert_eq!(code, 0),
-        |mut boot| {
-            let (rank, size) = (boot.rank(), boot.size());
-            assert_eq!(size, 4);
-            assert_eq!(boot.name(), "fork");
-            assert_eq!(boot.host_ids(), &[0, 0, 0, 0]);
-            assert_eq!(std::env::var("GEX_LOCAL_RANK").unwrap(), rank.to_string());
-            assert_eq!(std::env::var("GEX_LOCAL_SIZE").unwrap(), "4");
-            let all = boot.exchange(&blob_of(rank)).unwrap();
-            assert_eq!(all.len(), 4);
-            for (r, blob) in all.iter().enumerate() {
-                assert_eq!(
-                    blob,
-                    &blob_of(r as u32),
-                    "blob of rank {r} seen by rank {rank}"
-                );
-            }
-            boot.barrier().unwrap();
-            let data = if rank == 2 {
-                b"from two".to_vec()
-            } else {
-                b"ignored".to_vec()
-            };
-            assert_eq!(boot.broadcast(2, &data).unwrap(), b"from two");
-            // A second exchange, to check sequence numbers keep matching.
-            let all = boot.exchange(format!("again {rank}").as_bytes()).unwrap();
-            let want: Vec<Vec<u8>> = (0..4).map(|r| format!("again {r}").into_bytes()).collect();
-            assert_eq!(all, want);
-            boot.barrier().unwrap();
-            boot.finalize(0).unwrap();
-        },
-    );
+    job_ending_with(0, 4, "four_ranks_exchange_barrier_broadcast", |mut boot| {
+        let (rank, size) = (boot.rank(), boot.size());
+        assert_eq!(size, 4);
+        assert_eq!(boot.name(), "fork");
+        assert_eq!(boot.host_ids(), &[0, 0, 0, 0]);
+        assert_eq!(std::env::var("GEX_LOCAL_RANK").unwrap(), rank.to_string());
+        assert_eq!(std::env::var("GEX_LOCAL_SIZE").unwrap(), "4");
+        let all = boot.exchange(&blob_of(rank)).unwrap();
+        assert_eq!(all.len(), 4);
+        for (r, blob) in all.iter().enumerate() {
+            assert_eq!(
+                blob,
+                &blob_of(r as u32),
+                "blob of rank {r} seen by rank {rank}"
+            );
+        }
+        boot.barrier().unwrap();
+        let data = if rank == 2 {
+            b"from two".to_vec()
+        } else {
+            b"ignored".to_vec()
+        };
+        assert_eq!(boot.broadcast(2, &data).unwrap(), b"from two");
+        // A second exchange, to check sequence numbers keep matching.
+        let all = boot.exchange(format!("again {rank}").as_bytes()).unwrap();
+        let want: Vec<Vec<u8>> = (0..4).map(|r| format!("again {r}").into_bytes()).collect();
+        assert_eq!(all, want);
+        boot.barrier().unwrap();
+        boot.finalize(0).unwrap();
+    });
 }
 
 /// Host names given to the launcher reach the ranks as host ids (WELCOME), and every
@@ -216,42 +216,32 @@ fn exit_request_ends_the_job() {
 
 #[test]
 fn abort_ends_the_job_with_its_code() {
-    self_job(
-        3,
-        "abort_ends_the_job_with_its_code",
-        |code| assert_eq!(code, 3),
-        |mut boot| {
-            if boot.rank() == 2 {
-                boot.abort(3, "rank 2 gives up on purpose");
-            }
-            linger(boot);
-        },
-    );
+    job_ending_with(3, 3, "abort_ends_the_job_with_its_code", |mut boot| {
+        if boot.rank() == 2 {
+            boot.abort(3, "rank 2 gives up on purpose");
+        }
+        linger(boot);
+    });
 }
 
 #[test]
 fn mismatched_collectives_end_the_job() {
-    self_job(
-        2,
-        "mismatched_collectives_end_the_job",
-        |code| assert_eq!(code, 1),
-        |mut boot| {
-            if boot.rank() == 0 {
-                let _ = boot.barrier();
-            } else {
-                let _ = boot.exchange(b"x");
-            }
-            std::thread::sleep(Duration::from_secs(30));
-        },
-    );
+    job_ending_with(1, 2, "mismatched_collectives_end_the_job", |mut boot| {
+        if boot.rank() == 0 {
+            let _ = boot.barrier();
+        } else {
+            let _ = boot.exchange(b"x");
+        }
+        std::thread::sleep(Duration::from_secs(30));
+    });
 }
 
 #[test]
 fn nonzero_exit_after_finalize_is_the_job_code() {
-    self_job(
+    job_ending_with(
+        9,
         2,
         "nonzero_exit_after_finalize_is_the_job_code",
-        |code| assert_eq!(code, 9),
         |mut boot| {
             boot.barrier().unwrap();
             let code = if boot.rank() == 1 { 9 } else { 0 };

@@ -47,6 +47,26 @@ fn init(size: u32, blobs: Vec<Vec<u8>>) -> Result<(), String> {
     init_as(0, size, blobs)
 }
 
+/// Asserts that [`init_as`] fails with an error whose text contains `want`.
+#[track_caller]
+fn refused_as(rank: u32, size: u32, blobs: Vec<Vec<u8>>, want: &str) {
+    let e = init_as(rank, size, blobs).unwrap_err();
+    assert!(e.contains(want), "{e}");
+}
+
+/// Asserts that [`init`] fails with an error whose text contains `want`.
+#[track_caller]
+fn refused(size: u32, blobs: Vec<Vec<u8>>, want: &str) {
+    refused_as(0, size, blobs, want);
+}
+
+/// Asserts that rank 0 of 2, given its own blob and rank 1's `theirs`, refuses the
+/// exchange with an error whose text contains `want`.
+#[track_caller]
+fn refused_by_rank_0(theirs: Vec<u8>, want: &str) {
+    refused(2, vec![blob(0, 2, 1, 4096), theirs], want);
+}
+
 #[test]
 fn an_honest_exchange_works() {
     init(1, vec![blob(0, 1, 1, 4096)]).unwrap();
@@ -57,10 +77,8 @@ fn an_honest_exchange_works() {
 /// layout (a panic inside `init`).
 #[test]
 fn too_few_blobs_is_an_error() {
-    let e = init(1, vec![]).unwrap_err();
-    assert!(e.contains("0 layout blobs for 1 ranks"), "{e}");
-    let e = init(2, vec![blob(0, 2, 1, 4096)]).unwrap_err();
-    assert!(e.contains("1 layout blobs for 2 ranks"), "{e}");
+    refused(1, vec![], "0 layout blobs for 1 ranks");
+    refused(2, vec![blob(0, 2, 1, 4096)], "1 layout blobs for 2 ranks");
 }
 
 /// Regression (found while writing the `core-layout` fuzz target): this rank's own
@@ -68,33 +86,37 @@ fn too_few_blobs_is_an_error() {
 /// segment of any size it named.
 #[test]
 fn a_changed_own_blob_is_an_error() {
-    let e = init(1, vec![blob(0, 1, 1, 1 << 60)]).unwrap_err();
-    assert!(e.contains("not this rank's own blob"), "{e}");
+    refused(1, vec![blob(0, 1, 1, 1 << 60)], "not this rank's own blob");
 }
 
 /// Regression (found while writing the `core-layout` fuzz target): a rank with no
 /// endpoint was accepted into the layout.
 #[test]
 fn a_rank_without_endpoints_is_an_error() {
-    let e = init(2, vec![blob(0, 2, 1, 4096), blob(1, 2, 0, 4096)]).unwrap_err();
-    assert!(e.contains("rank 1 has no endpoint"), "{e}");
+    refused_by_rank_0(blob(1, 2, 0, 4096), "rank 1 has no endpoint");
 }
 
 /// A bootstrap that says this is rank 1 of a job of 1 (or of 0 ranks): an error naming
 /// the rank and the size before anything is indexed by the rank.
 #[test]
 fn a_rank_outside_the_job_is_an_error() {
-    let e = init_as(1, 1, vec![blob(1, 1, 1, 4096)]).unwrap_err();
-    assert!(e.contains("rank 1 of a job of 1 ranks"), "{e}");
-    let e = init_as(0, 0, vec![]).unwrap_err();
-    assert!(e.contains("rank 0 of a job of 0 ranks"), "{e}");
+    refused_as(
+        1,
+        1,
+        vec![blob(1, 1, 1, 4096)],
+        "rank 1 of a job of 1 ranks",
+    );
+    refused_as(0, 0, vec![], "rank 0 of a job of 0 ranks");
 }
 
 /// An exchange with more blobs than ranks.
 #[test]
 fn too_many_blobs_is_an_error() {
-    let e = init(1, vec![blob(0, 1, 1, 4096), blob(0, 1, 1, 4096)]).unwrap_err();
-    assert!(e.contains("2 layout blobs for 1 ranks"), "{e}");
+    refused(
+        1,
+        vec![blob(0, 1, 1, 4096), blob(0, 1, 1, 4096)],
+        "2 layout blobs for 1 ranks",
+    );
 }
 
 /// Every layout blob names the rank that sent it: a blob at another index (a rank
@@ -102,20 +124,23 @@ fn too_many_blobs_is_an_error() {
 /// that receives it, naming both.
 #[test]
 fn a_blob_naming_another_rank_is_an_error() {
-    let e = init(2, vec![blob(0, 2, 1, 4096), blob(0, 2, 1, 4096)]).unwrap_err();
-    assert!(e.contains("rank 1's layout blob says it is rank 0"), "{e}");
+    refused_by_rank_0(
+        blob(0, 2, 1, 4096),
+        "rank 1's layout blob says it is rank 0",
+    );
     // Rank 0's own blob says rank 0, rank 1's says 2.
-    let e = init(2, vec![blob(0, 2, 1, 4096), blob(2, 2, 1, 4096)]).unwrap_err();
-    assert!(e.contains("rank 1's layout blob says it is rank 2"), "{e}");
+    refused_by_rank_0(
+        blob(2, 2, 1, 4096),
+        "rank 1's layout blob says it is rank 2",
+    );
 }
 
 /// A rank whose bootstrap gives another job size.
 #[test]
 fn a_blob_with_another_job_size_is_an_error() {
-    let e = init(2, vec![blob(0, 2, 1, 4096), blob(1, 3, 1, 4096)]).unwrap_err();
-    assert!(
-        e.contains("rank 1's layout blob says the job has 3 ranks, this rank's bootstrap says 2"),
-        "{e}"
+    refused_by_rank_0(
+        blob(1, 3, 1, 4096),
+        "rank 1's layout blob says the job has 3 ranks, this rank's bootstrap says 2",
     );
 }
 
@@ -123,10 +148,9 @@ fn a_blob_with_another_job_size_is_an_error() {
 /// (so one would map the other's memory while the other does not expect it).
 #[test]
 fn a_blob_on_another_host_is_an_error() {
-    let e = init(2, vec![blob(0, 2, 1, 4096), blob_of(1, 2, 1, 4096, 7)]).unwrap_err();
-    assert!(
-        e.contains("rank 1's layout blob says it is on host 7, this rank's bootstrap says host 0"),
-        "{e}"
+    refused_by_rank_0(
+        blob_of(1, 2, 1, 4096, 7),
+        "rank 1's layout blob says it is on host 7, this rank's bootstrap says host 0",
     );
 }
 
@@ -136,17 +160,11 @@ fn a_blob_on_another_host_is_an_error() {
 fn a_blob_of_another_shape_is_an_error() {
     let mut short = blob(1, 2, 1, 4096);
     short.pop();
-    let e = init(2, vec![blob(0, 2, 1, 4096), short]).unwrap_err();
-    assert!(
-        e.contains("layout blob of rank 1 has 27 bytes, not 28"),
-        "{e}"
+    refused_by_rank_0(short, "layout blob of rank 1 has 27 bytes, not 28");
+    refused_by_rank_0(
+        vec![1, 0, 0, 16, 0, 0, 0, 0, 0, 0],
+        "layout blob of rank 1 has 10 bytes",
     );
-    let e = init(
-        2,
-        vec![blob(0, 2, 1, 4096), vec![1, 0, 0, 16, 0, 0, 0, 0, 0, 0]],
-    )
-    .unwrap_err();
-    assert!(e.contains("layout blob of rank 1 has 10 bytes"), "{e}");
 }
 
 /// A rank whose blob claims an endpoint capacity below its endpoints made at init is
@@ -156,9 +174,5 @@ fn a_capacity_below_the_endpoints_is_an_error() {
     let mut b = blob(1, 2, 3, 4096);
     let n = b.len();
     b[n - 2..].copy_from_slice(&2u16.to_le_bytes());
-    let e = init(2, vec![blob(0, 2, 1, 4096), b]).unwrap_err();
-    assert!(
-        e.contains("rank 1 has a capacity of 2 endpoints, below its 3"),
-        "{e}"
-    );
+    refused_by_rank_0(b, "rank 1 has a capacity of 2 endpoints, below its 3");
 }

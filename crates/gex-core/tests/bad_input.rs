@@ -11,20 +11,45 @@ use gex_core::loopback::Loopback;
 use gex_core::spi::Conduit;
 use gex_core::{
     AmError, Blocking, Body, Client, ClientBuilder, Config, Endpoint, EpAddr, EpError, EventError,
-    HandlerId, InitError, Mode, Nb, Nbi, Team,
+    HandlerId, InitError, Mode, Nb, Nbi, OwnedEndpoint, Team,
 };
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 mod common;
 
-use common::{SEG, TestBoot, counting};
+use common::{SEG, TestBoot, counting, owned_to_1, two_counting_eps};
 
 /// A loopback client of `eps` endpoints and no room for endpoints made at run time
 /// (`GEX_MAX_ENDPOINTS=0`: the capacity is `eps`), so the indices from `eps` on are the
 /// core's `AmError::BadEndpoint`.
 fn client(eps: u16) -> Client<Loopback> {
     common::loopback(eps, Config::from_pairs([("GEX_MAX_ENDPOINTS", "0")]))
+}
+
+/// A one-endpoint client ([`client`]), its endpoint with a [`counting`] handler, the
+/// handler and its count.
+fn counting_client() -> (
+    Client<Loopback>,
+    OwnedEndpoint<Loopback>,
+    HandlerId,
+    Arc<AtomicU32>,
+) {
+    let c = client(1);
+    let mut ep = c.endpoint(0).unwrap();
+    let (h, handled) = counting(&mut ep);
+    (c, ep, h, handled)
+}
+
+/// The error of `len` bytes at `offset` of `dst`'s segment (of [`SEG`] bytes).
+fn out_of_segment(dst: EpAddr, offset: usize, len: usize) -> AmError {
+    AmError::OutOfSegment {
+        dst,
+        offset,
+        len,
+        seg_len: SEG,
+    }
 }
 
 /// Nothing was sent and nothing arrives.
@@ -54,76 +79,77 @@ fn owned_errors<M: Mode>(ep: &mut Endpoint<Loopback>, h: HandlerId, mode: M) {
             .map(|_| ())
     };
     let kind = std::any::type_name::<M>();
-    assert_eq!(
-        med(ep, EpAddr::rank(1), h, &[], 1),
-        Err(AmError::BadRank { rank: 1, size: 1 }),
-        "{kind}"
-    );
-    assert_eq!(
-        long(ep, EpAddr::rank(u32::MAX), h, &[], 1, 0),
-        Err(AmError::BadRank {
-            rank: u32::MAX,
-            size: 1
-        }),
-        "{kind}"
-    );
-    let bad_ep = EpAddr::new(0, 2);
-    assert_eq!(
-        med(ep, bad_ep, h, &[], 1),
-        Err(AmError::BadEndpoint {
-            dst: bad_ep,
-            eps: 2
-        }),
-        "{kind}"
-    );
-    assert_eq!(
-        long(ep, EpAddr::new(0, u16::MAX), h, &[], 1, 0),
-        Err(AmError::BadEndpoint {
-            dst: EpAddr::new(0, u16::MAX),
-            eps: 2
-        }),
-        "{kind}"
-    );
+    // What both forms refuse alike: bad ranks and endpoints, too many arguments,
+    // missing and reserved handlers.
     let max = ep.max_args();
-    assert_eq!(
-        med(ep, me, h, &vec![0; max + 1], 1),
-        Err(AmError::TooManyArgs {
-            given: max + 1,
-            max
-        }),
-        "{kind}"
-    );
-    assert_eq!(
-        long(ep, me, h, &vec![0; max + 1], 1, 0),
-        Err(AmError::TooManyArgs {
-            given: max + 1,
-            max
-        }),
-        "{kind}"
-    );
+    let (none, too_many): (&[u32], &[u32]) = (&[], &vec![0; max + 1]);
+    let mut cases = vec![
+        (
+            EpAddr::rank(1),
+            h,
+            none,
+            AmError::BadRank { rank: 1, size: 1 },
+        ),
+        (
+            EpAddr::rank(u32::MAX),
+            h,
+            none,
+            AmError::BadRank {
+                rank: u32::MAX,
+                size: 1,
+            },
+        ),
+        (
+            EpAddr::new(0, 2),
+            h,
+            none,
+            AmError::BadEndpoint {
+                dst: EpAddr::new(0, 2),
+                eps: 2,
+            },
+        ),
+        (
+            EpAddr::new(0, u16::MAX),
+            h,
+            none,
+            AmError::BadEndpoint {
+                dst: EpAddr::new(0, u16::MAX),
+                eps: 2,
+            },
+        ),
+        (
+            me,
+            h,
+            too_many,
+            AmError::TooManyArgs {
+                given: max + 1,
+                max,
+            },
+        ),
+    ];
     for idx in [0u8, 200] {
-        assert_eq!(
-            med(ep, me, HandlerId::at_any(idx), &[], 1),
-            Err(AmError::UnregisteredHandler(idx)),
-            "{kind}"
-        );
-        assert_eq!(
-            long(ep, me, HandlerId::at_any(idx), &[], 1, 0),
-            Err(AmError::UnregisteredHandler(idx)),
-            "{kind}"
-        );
+        cases.push((
+            me,
+            HandlerId::at_any(idx),
+            none,
+            AmError::UnregisteredHandler(idx),
+        ));
     }
     for idx in [1u8, 5, 127] {
+        cases.push((
+            me,
+            HandlerId::at_any(idx),
+            none,
+            AmError::ReservedHandler(idx),
+        ));
+    }
+    for (dst, h, args, want) in cases {
         assert_eq!(
-            med(ep, me, HandlerId::at_any(idx), &[], 1),
-            Err(AmError::ReservedHandler(idx)),
-            "{kind}"
+            med(ep, dst, h, args, 1),
+            Err(want.clone()),
+            "{kind}: Medium"
         );
-        assert_eq!(
-            long(ep, me, HandlerId::at_any(idx), &[], 1, 0),
-            Err(AmError::ReservedHandler(idx)),
-            "{kind}"
-        );
+        assert_eq!(long(ep, dst, h, args, 1, 0), Err(want), "{kind}: Long");
     }
     let maxm = ep.max_medium(me);
     assert_eq!(
@@ -142,12 +168,7 @@ fn owned_errors<M: Mode>(ep: &mut Endpoint<Loopback>, h: HandlerId, mode: M) {
     ] {
         assert_eq!(
             long(ep, me, h, &[], len, off),
-            Err(AmError::OutOfSegment {
-                dst: me,
-                offset: off,
-                len,
-                seg_len: SEG
-            }),
+            Err(out_of_segment(me, off, len)),
             "{kind}: {len} bytes at {off}"
         );
     }
@@ -168,9 +189,7 @@ fn owned_requests_are_validated_in_every_mode() {
 
 #[test]
 fn reserved_and_missing_handlers_are_refused_by_every_form() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let (h, handled) = counting(&mut ep);
+    let (_c, mut ep, h, handled) = counting_client();
     let me = ep.addr();
     // Index 1 is the core's own (registered) exchange handler: reserved all the same.
     for idx in [1u8, 5, 16, 127] {
@@ -223,9 +242,7 @@ fn reserved_and_missing_handlers_are_refused_by_every_form() {
 
 #[test]
 fn prepare_time_errors_are_reported_before_any_buffer_is_lent() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let (h, handled) = counting(&mut ep);
+    let (_c, mut ep, h, handled) = counting_client();
     let me = ep.addr();
     let maxm = ep.max_medium(me);
     assert_eq!(
@@ -248,12 +265,7 @@ fn prepare_time_errors_are_reported_before_any_buffer_is_lent() {
     );
     assert_eq!(
         ep.request_with(me, h, Body::long(&[], 2, usize::MAX), |_| 0),
-        Err(AmError::OutOfSegment {
-            dst: me,
-            offset: usize::MAX,
-            len: 2,
-            seg_len: SEG
-        })
+        Err(out_of_segment(me, usize::MAX, 2))
     );
     // `fill` is not called when the prepare fails.
     let called = std::cell::Cell::new(false);
@@ -262,12 +274,7 @@ fn prepare_time_errors_are_reported_before_any_buffer_is_lent() {
             called.set(true);
             0
         }),
-        Err(AmError::OutOfSegment {
-            dst: me,
-            offset: SEG - 8,
-            len: 16,
-            seg_len: SEG
-        })
+        Err(out_of_segment(me, SEG - 8, 16))
     );
     assert!(!called.get());
     nothing_sent(&mut ep, &handled);
@@ -277,51 +284,26 @@ fn prepare_time_errors_are_reported_before_any_buffer_is_lent() {
 /// one byte further is not; the same for segment reads and writes.
 #[test]
 fn zero_lengths_at_the_segment_end() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let (h, handled) = counting(&mut ep);
+    let (_c, mut ep, h, handled) = counting_client();
     let me = ep.addr();
     ep.request(me, h, Body::long(&[], &[], SEG)).unwrap();
     ep.wait_until(|| handled.load(Ordering::Relaxed) == 1);
     assert_eq!(
         ep.request(me, h, Body::long(&[], &[], SEG + 1)),
-        Err(AmError::OutOfSegment {
-            dst: me,
-            offset: SEG + 1,
-            len: 0,
-            seg_len: SEG
-        })
+        Err(out_of_segment(me, SEG + 1, 0))
     );
     let seg = ep.segment();
     seg.read(SEG, &mut []).unwrap();
     seg.write(SEG, &[]).unwrap();
     assert_eq!(
         seg.read(SEG + 1, &mut []),
-        Err(AmError::OutOfSegment {
-            dst: me,
-            offset: SEG + 1,
-            len: 0,
-            seg_len: SEG
-        })
+        Err(out_of_segment(me, SEG + 1, 0))
     );
     assert_eq!(
         seg.write(usize::MAX, &[]),
-        Err(AmError::OutOfSegment {
-            dst: me,
-            offset: usize::MAX,
-            len: 0,
-            seg_len: SEG
-        })
+        Err(out_of_segment(me, usize::MAX, 0))
     );
-    assert_eq!(
-        seg.write(1, &[0; SEG]),
-        Err(AmError::OutOfSegment {
-            dst: me,
-            offset: 1,
-            len: SEG,
-            seg_len: SEG
-        })
-    );
+    assert_eq!(seg.write(1, &[0; SEG]), Err(out_of_segment(me, 1, SEG)));
 }
 
 /// The queries that take a rank or an address answer for ranks outside the job
@@ -356,16 +338,11 @@ fn waiting_on_no_event_is_abandoned_not_a_hang() {
 #[test]
 fn every_wait_refuses_another_endpoints_event() {
     let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
-    let (h, _) = counting(&mut a);
-    let _ = counting(&mut b);
+    let (mut a, mut b, h) = two_counting_eps(&c);
     let mine = b
         .request_owned(EpAddr::new(0, 0), h, Body::medium(&[], vec![1u8; 8]), Nb)
         .unwrap();
-    let theirs = a
-        .request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
-        .unwrap();
+    let theirs = owned_to_1(&mut a, h);
     let wrong = EventError::WrongEndpoint {
         started_on: EpAddr::new(0, 0),
         waited_on: EpAddr::new(0, 1),
@@ -389,13 +366,8 @@ fn every_wait_refuses_another_endpoints_event() {
 #[test]
 fn an_event_tracked_on_another_endpoint_fails_the_sync() {
     let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
-    let (h, _) = counting(&mut a);
-    let _ = counting(&mut b);
-    let ev = a
-        .request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
-        .unwrap();
+    let (mut a, mut b, h) = two_counting_eps(&c);
+    let ev = owned_to_1(&mut a, h);
     gex_core::layer::track_implicit(&mut *b, 7, ev);
     match b.sync_implicit::<AmError>(Some(7)) {
         Err(AmError::Event(EventError::Failed(m))) => {
@@ -403,9 +375,7 @@ fn an_event_tracked_on_another_endpoint_fails_the_sync() {
         }
         other => panic!("sync of a foreign implicit event: {other:?}"),
     }
-    let ev = a
-        .request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
-        .unwrap();
+    let ev = owned_to_1(&mut a, h);
     let r = b.scope(|s| {
         let tag = s.tag();
         gex_core::layer::track_implicit(&mut *s, tag, ev);

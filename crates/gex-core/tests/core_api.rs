@@ -199,13 +199,8 @@ fn wait_until_timeout_gives_up() {
 #[test]
 fn an_event_waited_on_another_endpoint_is_an_error() {
     let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
-    let h = a.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
-    let _ = b.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
-    let ev = a
-        .request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
-        .unwrap();
+    let (mut a, mut b, h) = common::two_counting_eps(&c);
+    let ev = common::owned_to_1(&mut a, h);
     assert!(!ev.is_done(), "loopback defers the buffer until delivery");
     let err = b.wait(ev).unwrap_err();
     assert_eq!(
@@ -215,9 +210,7 @@ fn an_event_waited_on_another_endpoint_is_an_error() {
             waited_on: EpAddr::new(0, 1)
         })
     );
-    let ev = a
-        .request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
-        .unwrap();
+    let ev = common::owned_to_1(&mut a, h);
     assert!(matches!(b.test(&ev), Err(EventError::WrongEndpoint { .. })));
     assert!(matches!(
         b.wait_all(&[&ev]),

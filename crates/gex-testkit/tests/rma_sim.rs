@@ -78,80 +78,52 @@ fn forced() -> bool {
     cfg!(gex_force_am_rma) || std::env::var("GEX_RMA_PATH").is_ok_and(|v| v.trim() == "am")
 }
 
+/// The fabric of `r5_no_shm`.
+fn no_shm_cfg() -> SimConfig {
+    let mut c = SimConfig::default().reorder(true).seed(11);
+    c.shared_memory = false;
+    c.max_medium = 1024;
+    c
+}
+
+/// The fabric of `r4_native`.
+fn native_cfg() -> SimConfig {
+    SimConfig::default()
+        .reorder(true)
+        .seed(5)
+        .ranks_per_host(2)
+        .latency(gex_testkit::sim::Delay::polls(2))
+        .native(true, true)
+}
+
 gex_testkit::suite_modules! {
     suite: rma,
     conduit: Sim;
 
     /// Two ranks sharing memory: the direct path (unless forced to AM).
     r2_shared: SimRunner::new(SimConfig::default()).segment_size(4 << 20), ranks 2;
-}
 
-/// Three ranks, one per host (no shared memory between them), reordering on: the AM
-/// reference path with out-of-order delivery; 17 MiB segments for the 16 MiB case.
-mod r3_am_reorder {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Sim,
-        runner: SimRunner::new(SimConfig::default().reorder(true).ranks_per_host(1).seed(7))
-            .segment_size(17 << 20),
-        ranks: 3,
-    }
-}
+    /// Three ranks, one per host (no shared memory between them), reordering on: the AM
+    /// reference path with out-of-order delivery; 17 MiB segments for the 16 MiB case.
+    r3_am_reorder: SimRunner::new(SimConfig::default().reorder(true).ranks_per_host(1).seed(7))
+        .segment_size(17 << 20), ranks 3;
 
-/// Five ranks, shared memory switched off in the fabric, small Medium limit (so VIS
-/// packing and get chunking split often), reordering on.
-mod r5_no_shm {
-    use super::*;
-    fn cfg() -> SimConfig {
-        let mut c = SimConfig::default().reorder(true).seed(11);
-        c.shared_memory = false;
-        c.max_medium = 1024;
-        c
-    }
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Sim,
-        runner: SimRunner::new(cfg()).segment_size(2 << 20),
-        ranks: 5,
-    }
-}
+    /// Five ranks, shared memory switched off in the fabric, small Medium limit (so VIS
+    /// packing and get chunking split often), reordering on.
+    r5_no_shm: SimRunner::new(no_shm_cfg()).segment_size(2 << 20), ranks 5;
 
-/// Seven ranks, three per simulated host (groups of 3, 3 and 1): the hierarchical
-/// barrier (shared-memory groups, AM rounds between their leaders), shared-memory
-/// RMA inside a host and the AM path between hosts, with reordering.
-mod r7_three_per_host {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Sim,
-        runner: SimRunner::new(SimConfig::default().reorder(true).ranks_per_host(3).seed(5))
-            .segment_size(4 << 20),
-        ranks: 7,
-    }
-}
+    /// Seven ranks, three per simulated host (groups of 3, 3 and 1): the hierarchical
+    /// barrier (shared-memory groups, AM rounds between their leaders), shared-memory
+    /// RMA inside a host and the AM path between hosts, with reordering.
+    r7_three_per_host: SimRunner::new(SimConfig::default().reorder(true).ranks_per_host(3).seed(5))
+        .segment_size(4 << 20), ranks 7;
 
-/// Four ranks on two hosts (two per host) with the simulated NIC on: neighbours use
-/// the mapping, the other host native RMA (completed two polls after it starts, so
-/// the `Pending` path runs), and every atomic domain NIC atomics (all ops offered);
-/// reordering on for the AM traffic that remains (memset, barrier). 17 MiB segments
-/// for the 16 MiB case.
-mod r4_native {
-    use super::*;
-    fn cfg() -> SimConfig {
-        SimConfig::default()
-            .reorder(true)
-            .seed(5)
-            .ranks_per_host(2)
-            .latency(gex_testkit::sim::Delay::polls(2))
-            .native(true, true)
-    }
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Sim,
-        runner: SimRunner::new(cfg()).segment_size(17 << 20),
-        ranks: 4,
-    }
+    /// Four ranks on two hosts (two per host) with the simulated NIC on: neighbours use
+    /// the mapping, the other host native RMA (completed two polls after it starts, so
+    /// the `Pending` path runs), and every atomic domain NIC atomics (all ops offered);
+    /// reordering on for the AM traffic that remains (memset, barrier). 17 MiB segments
+    /// for the 16 MiB case.
+    r4_native: SimRunner::new(native_cfg()).segment_size(17 << 20), ranks 4;
 }
 
 /// The native paths are really taken (the simulated NIC counts what it performed, and
@@ -952,22 +924,10 @@ mod prop_atomics {
                     .map_err(es)?;
                 let me = r.addr();
                 let ptr = |rank: u32, w: usize| GlobalPtr::<u64>::new(EpAddr::rank(rank), w * 8);
-                r.atomic(
-                    &u64d,
-                    ptr(me.rank, 2),
-                    AtomicOp::Set(i64::MAX as u64),
-                    f,
-                    Blocking,
-                )
-                .map_err(es)?;
-                r.atomic(
-                    &u64d,
-                    ptr(me.rank, 3),
-                    AtomicOp::Set(i64::MIN as u64),
-                    f,
-                    Blocking,
-                )
-                .map_err(es)?;
+                for (w, v) in [(2, i64::MAX as u64), (3, i64::MIN as u64)] {
+                    r.atomic(&u64d, ptr(me.rank, w), AtomicOp::Set(v), f, Blocking)
+                        .map_err(es)?;
+                }
                 barrier(&mut r)?;
                 let mut evs = Vec::new();
                 for &(t, w, v, x, mode) in &all[me.rank as usize] {

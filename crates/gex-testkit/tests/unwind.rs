@@ -173,6 +173,22 @@ fn text(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_default()
 }
 
+/// The verdict on `r`, the outcome of a probed call that should have panicked with a
+/// message containing `needle`: `Ok(found)` if it did; otherwise an error naming the
+/// other panic, or `lost` and the call's result if the call returned.
+fn expect_panic<R: std::fmt::Debug>(
+    r: std::thread::Result<R>,
+    needle: &str,
+    found: &str,
+    lost: &str,
+) -> Result<String, String> {
+    match r {
+        Err(p) if text(&*p).contains(needle) => Ok(found.into()),
+        Err(p) => Err(format!("another panic: {}", text(&*p))),
+        Ok(r) => Err(format!("{lost} ({r:?})")),
+    }
+}
+
 fn run_probe(
     shared_memory: bool,
     probe: impl Fn(&mut Endpoint<Sim>, HandlerId, &mut [u8]) -> Result<String, String> + Sync,
@@ -233,16 +249,25 @@ fn src() -> GlobalPtr<u8> {
 /// panics: the panic ends the call only once the get has landed.
 #[test]
 fn a_handlers_panic_ends_a_blocking_get_only_once_it_landed() {
-    run_probe(false, |ep, go, buf| {
-        ep.request(EpAddr::rank(1), go, Body::short(&[]))
-            .map_err(|e| e.to_string())?;
-        let r = catch_unwind(AssertUnwindSafe(|| ep.get(&mut *buf, src(), Blocking)));
-        match r {
-            Err(p) if text(&*p).contains("on purpose") => Ok("the handler's panic came out".into()),
-            Err(p) => Err(format!("another panic: {}", text(&*p))),
-            Ok(r) => Err(format!("the handler's panic was lost ({r:?})")),
-        }
-    });
+    run_probe(false, get_as_a_handler_panics);
+}
+
+/// Has rank 1 send the reply that runs rank 0's panicking handler (`go`), then makes a
+/// blocking get into `buf` over AMs: the handler's panic must end the get.
+fn get_as_a_handler_panics(
+    ep: &mut Endpoint<Sim>,
+    go: HandlerId,
+    buf: &mut [u8],
+) -> Result<String, String> {
+    ep.request(EpAddr::rank(1), go, Body::short(&[]))
+        .map_err(|e| e.to_string())?;
+    let r = catch_unwind(AssertUnwindSafe(|| ep.get(&mut *buf, src(), Blocking)));
+    expect_panic(
+        r,
+        "a handler panics on purpose",
+        "the handler's panic came out",
+        "the handler's panic was lost",
+    )
 }
 
 /// The same on the direct path (shared memory): the get is a copy, complete before
@@ -260,10 +285,12 @@ fn a_handlers_panic_and_a_direct_get() {
                 ep.poll();
             }
         }));
-        match raised {
-            Err(p) if text(&*p).contains("on purpose") => Ok(String::new()),
-            _ => Err("the handler's panic did not come out of a poll".into()),
-        }
+        expect_panic(
+            raised,
+            "on purpose",
+            "",
+            "the handler's panic did not come out of a poll",
+        )
     });
 }
 
@@ -275,11 +302,7 @@ fn a_panic_inside_the_wait_waits_for_the_get_while_it_unwinds() {
         // The hook runs on the polls of the get's wait.
         arm_hook(ep);
         let r = catch_unwind(AssertUnwindSafe(|| ep.get(&mut *buf, src(), Blocking)));
-        match r {
-            Err(p) if text(&*p).contains("on purpose") => Ok(String::new()),
-            Err(p) => Err(format!("another panic: {}", text(&*p))),
-            Ok(r) => Err(format!("the hook did not panic ({r:?})")),
-        }
+        expect_panic(r, "on purpose", "", "the hook did not panic")
     });
 }
 
@@ -300,10 +323,12 @@ fn a_handlers_panic_inside_a_scope_waits_for_its_gets() {
                 Ok::<(), RmaError>(())
             })
         }));
-        match r {
-            Err(p) if text(&*p).contains("on purpose") => Ok(String::new()),
-            _ => Err("the handler's panic did not come out of the scope".into()),
-        }
+        expect_panic(
+            r,
+            "on purpose",
+            "",
+            "the handler's panic did not come out of the scope",
+        )
     });
 }
 
@@ -331,14 +356,7 @@ fn a_panicking_fill_leaves_the_endpoint_sound() {
                 return Err("the fill's panic did not end the call".into());
             }
         }
-        ep.request(EpAddr::rank(1), go, Body::short(&[]))
-            .map_err(|e| e.to_string())?;
-        let r = catch_unwind(AssertUnwindSafe(|| ep.get(&mut *buf, src(), Blocking)));
-        match r {
-            Err(p) if text(&*p).contains("a handler panics on purpose") => Ok(String::new()),
-            Err(p) => Err(format!("another panic: {}", text(&*p))),
-            Ok(r) => Err(format!("the handler's panic was lost ({r:?})")),
-        }
+        get_as_a_handler_panics(ep, go, buf)
     });
 }
 
@@ -355,11 +373,7 @@ fn panics_while_issuing<R: std::fmt::Debug>(
     ep.get_val(src(), Blocking).map_err(|e| e.to_string())?;
     arm_hook(ep);
     let r = catch_unwind(AssertUnwindSafe(|| call(&mut *ep)));
-    match r {
-        Err(p) if text(&*p).contains("on purpose") => Ok(String::new()),
-        Err(p) => Err(format!("another panic: {}", text(&*p))),
-        Ok(r) => Err(format!("the hook did not panic ({r:?})")),
-    }
+    expect_panic(r, "on purpose", "", "the hook did not panic")
 }
 
 /// A panic inside the back-pressure retry of a blocking get into a borrowed buffer

@@ -59,6 +59,15 @@ impl Inbox {
     fn has(&self) -> bool {
         !self.q.lock().unwrap().is_empty()
     }
+    /// Waits until rung or `timeout` has passed, unless rung already or not empty;
+    /// then clears the ring.
+    fn wait(&self, timeout: Duration) {
+        let mut woken = self.woken.lock().unwrap();
+        if !*woken && !self.has() {
+            woken = self.cv.wait_timeout(woken, timeout).unwrap().0;
+        }
+        *woken = false;
+    }
 }
 
 /// Zero-filled memory at a fixed address, 64-byte aligned.
@@ -319,13 +328,21 @@ struct NearTx<'a> {
     peers: &'a HashMap<(u32, u16), Arc<NearSlot>>,
 }
 
+/// The slot of endpoint `dst` in `peers`, or a contract error naming the `part`.
+fn slot_of<'a, S>(
+    peers: &'a HashMap<(u32, u16), Arc<S>>,
+    dst: EpAddr,
+    part: &str,
+) -> Result<&'a S, ConduitError> {
+    peers
+        .get(&(dst.rank, dst.ep))
+        .map(|s| &**s)
+        .ok_or_else(|| ConduitError::Contract(format!("no {part} endpoint {dst}")))
+}
+
 impl ReplyTx for NearTx<'_> {
     fn reply(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
-        let peer = self
-            .peers
-            .get(&(msg.dst().rank, msg.dst().ep))
-            .ok_or_else(|| ConduitError::Contract(format!("no near endpoint {}", msg.dst())))?;
-        near_send(self.me, peer, msg);
+        near_send(self.me, slot_of(self.peers, msg.dst(), "near")?, msg);
         Ok(())
     }
 }
@@ -338,10 +355,7 @@ struct FarTx<'a> {
 
 impl ReplyTx for FarTx<'_> {
     fn reply(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
-        let peer = self
-            .peers
-            .get(&(msg.dst().rank, msg.dst().ep))
-            .ok_or_else(|| ConduitError::Contract(format!("no far endpoint {}", msg.dst())))?;
+        let peer = slot_of(self.peers, msg.dst(), "far")?;
         peer.inbox.push(queued(self.me, msg, true));
         Ok(())
     }
@@ -424,12 +438,7 @@ unsafe impl ConduitEp for MockNearEp {
         self.counts
             .near_block_max_ns
             .fetch_max(timeout.as_nanos() as u64, Ordering::Relaxed);
-        let ib = &self.slot.inbox;
-        let mut woken = ib.woken.lock().unwrap();
-        if !*woken && !ib.has() {
-            woken = ib.cv.wait_timeout(woken, timeout).unwrap().0;
-        }
-        *woken = false;
+        self.slot.inbox.wait(timeout);
     }
 }
 
@@ -606,12 +615,7 @@ unsafe impl ConduitEp for MockFarEp {
     }
     fn block(&mut self, timeout: Duration) {
         self.counts.far_blocks.fetch_add(1, Ordering::Relaxed);
-        let ib = &self.slot.inbox;
-        let mut woken = ib.woken.lock().unwrap();
-        if !*woken && !ib.has() {
-            woken = ib.cv.wait_timeout(woken, timeout).unwrap().0;
-        }
-        *woken = false;
+        self.slot.inbox.wait(timeout);
     }
     /// The "NIC" copies into the target's registered segment at once.
     unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {

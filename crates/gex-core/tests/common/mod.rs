@@ -7,7 +7,10 @@
 use gex_core::boot::{BootError, Bootstrap, Singleton};
 use gex_core::layer::LayerSet;
 use gex_core::loopback::Loopback;
-use gex_core::{Am, Client, ClientBuilder, Config, Endpoint, HandlerId, InitError, Token};
+use gex_core::{
+    Am, AmError, Body, Client, ClientBuilder, Config, Endpoint, EpAddr, Event, HandlerId,
+    InitError, Nb, OwnedEndpoint, Token,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -46,6 +49,26 @@ pub(crate) fn counting(ep: &mut Endpoint<Loopback>) -> (HandlerId, Arc<AtomicU32
         })
         .unwrap();
     (h, n)
+}
+
+/// Endpoints 0 and 1 of `c`, each with a counting handler, and that handler's index
+/// (the same on both: each registered it first).
+pub(crate) fn two_counting_eps(
+    c: &Client<Loopback>,
+) -> (OwnedEndpoint<Loopback>, OwnedEndpoint<Loopback>, HandlerId) {
+    let mut a = c.endpoint(0).unwrap();
+    let mut b = c.endpoint(1).unwrap();
+    let (h, _) = counting(&mut a);
+    let (hb, _) = counting(&mut b);
+    assert_eq!(h, hb);
+    (a, b, h)
+}
+
+/// An NB request with an owned 100-byte Medium payload from `a` to handler `h` of
+/// endpoint 1: its event belongs to `a`.
+pub(crate) fn owned_to_1(a: &mut Endpoint<Loopback>, h: HandlerId) -> Event<Vec<u8>, AmError> {
+    a.request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
+        .unwrap()
 }
 
 /// A bootstrap of `size` ranks (this one `rank`, every rank on the hosts `hosts` names)

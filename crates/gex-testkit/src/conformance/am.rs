@@ -425,6 +425,14 @@ const PP_RP: HandlerId = HandlerId::at(151);
 /// The categories of [`ping_pong_all_pairs`], by index in the arguments.
 const PP_CATS: [Category; 3] = [Category::Short, Category::Medium, Category::Long];
 
+/// The arguments of a ping or a pong of [`ping_pong_all_pairs`], `[sender, round,
+/// category index, len]`: the last three, if there are four and the first names the
+/// message's source.
+fn args_of(am: &Am<'_>) -> Option<(u32, usize, usize)> {
+    let a = am.args();
+    (a.len() == 4 && a[0] == am.src().rank).then(|| (a[1], a[2] as usize, a[3] as usize))
+}
+
 /// What [`ping_pong_all_pairs`] and its handlers share.
 struct PingPong {
     n: u32,
@@ -438,29 +446,36 @@ struct PingPong {
 }
 
 impl PingPong {
+    /// The bytes of each rank's slot in either half of rank `rank`'s segment.
+    fn slot(&self, rank: usize) -> usize {
+        self.view.seg[rank] / 2 / self.n as usize
+    }
+
+    /// Where rank `sender`'s pongs land in rank `rank`'s segment: `sender`'s slot in
+    /// its reply half.
+    fn reply_offset(&self, rank: usize, sender: u32) -> usize {
+        self.view.seg[rank] / 2 + self.slot(rank) * sender as usize
+    }
+
     /// A ping: verified (category, kind, payload, Long offset) and echoed in the same
     /// category into the requester's reply half.
     fn on_ping(&self, t: &mut Token<'_>, am: Am<'_>) {
-        let (view, pat, errs, handled, n, cats) = (
-            &self.view,
-            &self.pat,
-            &self.errs,
-            &self.handled,
-            self.n,
-            PP_CATS,
-        );
         let src = am.src();
-        let a = am.args();
-        if a.len() != 4 || a[0] != src.rank {
-            errs.push(format!("request from {src} with args {a:?}"));
+        let Some((round, ci, len)) = args_of(&am) else {
+            self.errs
+                .push(format!("request from {src} with args {:?}", am.args()));
             return;
-        }
-        let (round, ci, len) = (a[1], a[2] as usize, a[3] as usize);
-        let cat = cats[ci % 3];
-        let s = hash_words(&[src.rank as u64, view.me as u64, round as u64, ci as u64]);
-        let my_slot = view.seg[view.me as usize] / 2 / n as usize;
+        };
+        let cat = PP_CATS[ci % 3];
+        let s = hash_words(&[
+            src.rank as u64,
+            self.view.me as u64,
+            round as u64,
+            ci as u64,
+        ]);
+        let my_slot = self.slot(self.view.me as usize);
         if am.category() != cat || am.kind() != Kind::Request {
-            errs.push(format!(
+            self.errs.push(format!(
                 "request from {src}: category {:?} / kind {:?}",
                 am.category(),
                 am.kind()
@@ -468,82 +483,89 @@ impl PingPong {
         }
         let bad = match cat {
             Category::Short => (!am.payload().is_empty()).then(|| "payload on Short".to_string()),
-            Category::Medium => pat.diff(s, len, am.payload()),
+            Category::Medium => self.pat.diff(s, len, am.payload()),
             Category::Long => {
                 let off = my_slot * src.rank as usize;
                 if am.offset() != off {
                     Some(format!("Long offset {} != {off}", am.offset()))
                 } else {
-                    pat.diff(s, len, &bytes_of(&am))
+                    self.pat.diff(s, len, &bytes_of(&am))
                 }
             }
         };
         if let Some(b) = bad {
-            errs.push(format!("request round {round} {cat:?} from {src}: {b}"));
+            self.errs
+                .push(format!("request round {round} {cat:?} from {src}: {b}"));
         }
         // Echo in the same category.
         let peer = src.rank as usize;
         let rlen = match cat {
-            Category::Long => (view.seg[peer] / 2 / n as usize)
-                .min(view.limits[peer].max_long)
+            Category::Long => self
+                .slot(peer)
+                .min(self.view.limits[peer].max_long)
                 .min(len + 1),
-            Category::Medium => view.limits[peer].max_medium.min(2 + 131 * round as usize),
+            Category::Medium => self.view.limits[peer]
+                .max_medium
+                .min(2 + 131 * round as usize),
             Category::Short => 0,
         };
-        let rs = hash_words(&[view.me as u64, src.rank as u64, round as u64, ci as u64, 1]);
-        let args = [view.me, round, ci as u32, rlen as u32];
-        let payload = pat.get(rs, rlen);
+        let rs = hash_words(&[
+            self.view.me as u64,
+            src.rank as u64,
+            round as u64,
+            ci as u64,
+            1,
+        ]);
+        let args = [self.view.me, round, ci as u32, rlen as u32];
+        let payload = self.pat.get(rs, rlen);
         let r = match cat {
             Category::Short => t.reply(PP_RP, Body::short(&args)),
             Category::Medium => t.reply(PP_RP, Body::medium(&args, payload)),
             Category::Long => {
-                let off = view.seg[peer] / 2 + (view.seg[peer] / 2 / n as usize) * view.me as usize;
+                let off = self.reply_offset(peer, self.view.me);
                 t.reply(PP_RP, Body::long(&args, payload, off))
             }
         };
         if let Err(e) = r {
-            errs.push(format!("reply to {src}: {e}"));
+            self.errs.push(format!("reply to {src}: {e}"));
         }
-        handled.fetch_add(1, Ordering::Release);
+        self.handled.fetch_add(1, Ordering::Release);
     }
 
     /// A pong: verified against the ping it answers.
     fn on_pong(&self, am: Am<'_>) {
-        let (view, pat, errs, replies, n, cats) = (
-            &self.view,
-            &self.pat,
-            &self.errs,
-            &self.replies,
-            self.n,
-            PP_CATS,
-        );
         let src = am.src();
-        let a = am.args();
-        if a.len() != 4 || a[0] != src.rank || am.kind() != Kind::Reply {
-            errs.push(format!(
-                "reply from {src} with args {a:?} kind {:?}",
+        let Some((round, ci, len)) = args_of(&am).filter(|_| am.kind() == Kind::Reply) else {
+            self.errs.push(format!(
+                "reply from {src} with args {:?} kind {:?}",
+                am.args(),
                 am.kind()
             ));
             return;
-        }
-        let (round, ci, len) = (a[1], a[2] as usize, a[3] as usize);
-        let rs = hash_words(&[src.rank as u64, view.me as u64, round as u64, ci as u64, 1]);
-        let my_seg = view.seg[view.me as usize];
-        let bad = if am.category() != cats[ci % 3] {
+        };
+        let rs = hash_words(&[
+            src.rank as u64,
+            self.view.me as u64,
+            round as u64,
+            ci as u64,
+            1,
+        ]);
+        let bad = if am.category() != PP_CATS[ci % 3] {
             Some(format!("category {:?}", am.category()))
         } else if am.category() == Category::Long
-            && am.offset() != my_seg / 2 + (my_seg / 2 / n as usize) * src.rank as usize
+            && am.offset() != self.reply_offset(self.view.me as usize, src.rank)
         {
             Some(format!("Long reply offset {}", am.offset()))
         } else if am.category() == Category::Short {
             (!am.payload().is_empty()).then(|| "payload on Short".to_string())
         } else {
-            pat.diff(rs, len, &bytes_of(&am))
+            self.pat.diff(rs, len, &bytes_of(&am))
         };
         if let Some(b) = bad {
-            errs.push(format!("reply round {round} from {src}: {b}"));
+            self.errs
+                .push(format!("reply round {round} from {src}: {b}"));
         }
-        replies.fetch_add(1, Ordering::Release);
+        self.replies.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -567,7 +589,6 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
     });
     let (view, pat, errs, handled, replies) =
         (&st.view, &st.pat, &st.errs, &st.handled, &st.replies);
-    let slot = |seg: usize| seg / 2 / n as usize;
     let cats = PP_CATS;
     // Lengths travel in the arguments: [sender, round, category, len].
     register_on(&mut ep, PP_RQ, &st, PingPong::on_ping)?;
@@ -580,7 +601,8 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
             let dst = EpAddr::rank(d as u32);
             for (ci, &cat) in cats.iter().enumerate() {
                 let len = match cat {
-                    Category::Long => slot(view.seg[d])
+                    Category::Long => st
+                        .slot(d)
                         .min(view.limits[d].max_long)
                         .min(1 + 97 * round as usize),
                     Category::Medium => view.limits[d].max_medium.min(1 + 131 * round as usize),
@@ -596,7 +618,7 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
                     Category::Long => ep.request(
                         dst,
                         PP_RQ,
-                        Body::long(&args, payload, slot(view.seg[d]) * me as usize),
+                        Body::long(&args, payload, st.slot(d) * me as usize),
                     ),
                 };
                 sent(r, &what)?;

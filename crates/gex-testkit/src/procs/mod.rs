@@ -122,6 +122,39 @@ pub fn two_hosts_neighbours(ranks: u32, rank: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Tests that each run one rank function on every rank of a job of `N` processes
+/// ([`Procs::new`](crate::procs::Procs::new)`(N)`) and assert that the job succeeded
+/// ([`Report::assert_success`](crate::procs::Report::assert_success)): each entry `name(args…);` is a test `name` whose
+/// ranks run `rank(boot, args…)` (`boot` is the rank's bootstrap). The tests must
+/// stand at the top level of their test crate: a test's name is its libtest path.
+///
+/// ```ignore
+/// gex_testkit::procs_tests! {
+///     ranks 2, native_rank:
+///     /// Over tcp.
+///     native_path_tcp("tcp");
+///     native_path_shm("shm");
+/// }
+/// ```
+#[macro_export]
+macro_rules! procs_tests {
+    (
+        ranks $n:expr, $rank:path:
+        $($(#[$doc:meta])* $name:ident($($arg:expr),* $(,)?);)*
+    ) => {
+        $(
+            $(#[$doc])*
+            #[test]
+            fn $name() {
+                $crate::procs::Procs::new($n)
+                    .test(::core::stringify!($name))
+                    .run(|boot| $rank(boot, $($arg),*))
+                    .assert_success();
+            }
+        )*
+    };
+}
+
 /// Whether this process is a rank of a job started by [`Procs::run`].
 pub fn is_rank() -> bool {
     std::env::var_os(DIR_VAR).is_some()

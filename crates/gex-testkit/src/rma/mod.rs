@@ -62,23 +62,25 @@ pub fn client_builder() -> gex_core::ClientBuilder<((), gex_rma::Rma)> {
     gex_core::ClientBuilder::new().layer::<gex_rma::Rma>()
 }
 
-/// The atomics half of the conduits' `native_path_is_taken` tests, on every rank:
-/// a `u64` atomic domain (fetch-add and get) on the world team, which must be native
-/// exactly when `native`; 100 blocking fetch-adds of 1 on the word at offset 64 of
-/// rank 1's segment through it; the conduit's count of native atomics
-/// (`native_atomics`, read before and after) must grow by 100 exactly when
-/// `native`, and after a barrier the word must hold 100 per rank. Ends with a
-/// barrier.
+/// The atomics half and the end of the conduits' `native_path_is_taken` tests, on
+/// every rank: after a barrier, a `u64` atomic domain (fetch-add and get) on the world
+/// team, which must be native exactly when `native`; 100 blocking fetch-adds of 1 on
+/// the word at offset 64 of rank 1's segment through it; the conduit's count of native
+/// atomics (`native_atomics` of the client, read before and after) must grow by 100
+/// exactly when `native`, and after a barrier the word must hold 100 per rank. Ends
+/// with a barrier and [`finalize`](crate::finalize)s `ep` and `client`.
 ///
 /// # Errors
-/// A message saying which check failed, or an RMA or barrier error.
-pub fn hundred_fetch_adds<C: Conduit>(
-    ep: &mut gex_core::Endpoint<C>,
+/// A message saying which check failed, or an RMA, barrier or finalize error.
+pub fn finish_with_hundred_fetch_adds<C: Conduit>(
+    mut ep: gex_core::OwnedEndpoint<C>,
+    client: gex_core::Client<C>,
     native: bool,
-    native_atomics: impl Fn() -> u64,
+    native_atomics: impl Fn(&gex_core::Client<C>) -> u64,
 ) -> Result<(), String> {
     use gex_core::{Blocking, EpAddr};
     use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaExt};
+    crate::exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     let world = ep.world();
     let ad = &ep
         .atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)
@@ -91,25 +93,26 @@ pub fn hundred_fetch_adds<C: Conduit>(
     }
     let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 64);
     let f = AtomicFlags::empty();
-    let before = native_atomics();
+    let before = native_atomics(&client);
     for _ in 0..100 {
         ep.fetch_atomic(ad, word, AtomicOp::Add(1), f, Blocking)
             .map_err(|e| e.to_string())?;
     }
-    let counted = native_atomics() - before;
+    let counted = native_atomics(&client) - before;
     if counted != if native { 100 } else { 0 } {
         return Err(format!(
             "{counted} native atomics counted for 100 fetch-adds (native: {native})"
         ));
     }
-    crate::exchange_barrier(ep).map_err(|e| e.to_string())?;
+    crate::exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     let total = ep
         .fetch_atomic(ad, word, AtomicOp::Get, f, Blocking)
         .map_err(|e| e.to_string())?;
     if total != 100 * u64::from(ep.size()) {
         return Err(format!("word holds {total} after 100 fetch-adds per rank"));
     }
-    crate::exchange_barrier(ep).map_err(|e| e.to_string())
+    crate::exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    crate::finalize(ep, client)
 }
 
 /// Names of every RMA case, in registry order.
