@@ -475,20 +475,25 @@ impl Coordinator {
 mod tests {
     use super::*;
 
-    fn hello(c: &mut Coordinator, rank: usize, out: &mut Outbox) {
-        let f = ToLauncher::Hello {
-            version: VERSION,
-            rank: rank as u32,
-            size: c.size as u32,
-        }
-        .encode()
-        .unwrap();
-        assert_eq!(c.message(rank, &f[4..], out), None);
-    }
-
     fn send(c: &mut Coordinator, rank: usize, m: ToLauncher, out: &mut Outbox) -> Option<Ending> {
         let f = m.encode().unwrap();
         c.message(rank, &f[4..], out)
+    }
+
+    /// Sends `m` from `rank`; the job must go on.
+    #[track_caller]
+    fn send_ok(c: &mut Coordinator, rank: usize, m: ToLauncher, out: &mut Outbox) {
+        assert_eq!(send(c, rank, m, out), None);
+    }
+
+    #[track_caller]
+    fn hello(c: &mut Coordinator, rank: usize, out: &mut Outbox) {
+        let m = ToLauncher::Hello {
+            version: VERSION,
+            rank: rank as u32,
+            size: c.size as u32,
+        };
+        send_ok(c, rank, m, out);
     }
 
     fn decode(f: &[u8]) -> ToRank {
@@ -516,16 +521,8 @@ mod tests {
         let (mut c, mut out) = job(3);
         for r in [2, 0, 1] {
             assert!(out.is_empty());
-            let e = send(
-                &mut c,
-                r,
-                ToLauncher::Exchange {
-                    seq: 0,
-                    blob: vec![r as u8; r],
-                },
-                &mut out,
-            );
-            assert_eq!(e, None);
+            let blob = vec![r as u8; r];
+            send_ok(&mut c, r, ToLauncher::Exchange { seq: 0, blob }, &mut out);
         }
         assert_eq!(out.len(), 3);
         for (_, f) in &out {
@@ -540,19 +537,12 @@ mod tests {
         out.clear();
         for r in 0..3 {
             let blob = if r == 1 { b"root".to_vec() } else { vec![] };
-            assert_eq!(
-                send(
-                    &mut c,
-                    r,
-                    ToLauncher::Broadcast {
-                        seq: 1,
-                        root: 1,
-                        blob
-                    },
-                    &mut out
-                ),
-                None
-            );
+            let m = ToLauncher::Broadcast {
+                seq: 1,
+                root: 1,
+                blob,
+            };
+            send_ok(&mut c, r, m, &mut out);
         }
         assert!(out.iter().all(|(_, f)| decode(f)
             == ToRank::BroadcastDone {
@@ -560,10 +550,7 @@ mod tests {
                 blob: b"root".to_vec()
             }));
         for r in 0..3 {
-            assert_eq!(
-                send(&mut c, r, ToLauncher::Finalize { code: 0 }, &mut out),
-                None
-            );
+            send_ok(&mut c, r, ToLauncher::Finalize { code: 0 }, &mut out);
         }
         assert_eq!(c.exited(0, Status::Code(0)), None);
         assert_eq!(c.exited(1, Status::Code(4)), None);
@@ -574,10 +561,7 @@ mod tests {
     #[test]
     fn sequence_mismatch_ends_the_job() {
         let (mut c, mut out) = job(2);
-        assert_eq!(
-            send(&mut c, 0, ToLauncher::Barrier { seq: 0 }, &mut out),
-            None
-        );
+        send_ok(&mut c, 0, ToLauncher::Barrier { seq: 0 }, &mut out);
         let e = send(
             &mut c,
             1,
@@ -648,10 +632,7 @@ mod tests {
         assert_eq!(e.code, 4);
         let (mut c, _) = job(2);
         c.set_kill_on_bad_exit(false);
-        assert_eq!(
-            send(&mut c, 0, ToLauncher::Barrier { seq: 0 }, &mut out),
-            None
-        );
+        send_ok(&mut c, 0, ToLauncher::Barrier { seq: 0 }, &mut out);
         let e = c.exited(1, Status::Code(3)).unwrap();
         assert_eq!(e.code, 1);
         assert!(
@@ -720,10 +701,7 @@ mod tests {
     #[test]
     fn collective_that_cannot_complete_ends_the_job() {
         let (mut c, mut out) = job(2);
-        assert_eq!(
-            send(&mut c, 0, ToLauncher::Finalize { code: 0 }, &mut out),
-            None
-        );
+        send_ok(&mut c, 0, ToLauncher::Finalize { code: 0 }, &mut out);
         let e = send(&mut c, 1, ToLauncher::Barrier { seq: 0 }, &mut out).unwrap();
         let m = e.message.unwrap();
         assert!(

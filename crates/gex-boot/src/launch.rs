@@ -220,6 +220,18 @@ pub struct JobSpec {
     pub kill_on_bad_exit: bool,
 }
 
+/// The builder setters of [`JobSpec`]'s switches: one per named `bool` field, of the
+/// same name.
+macro_rules! switches {
+    ($($field:ident),+ $(,)?) => {$(
+        #[doc = concat!("Sets [`", stringify!($field), "`](Self::", stringify!($field), ").")]
+        pub fn $field(mut self, yes: bool) -> Self {
+            self.$field = yes;
+            self
+        }
+    )+};
+}
+
 impl JobSpec {
     /// A job of `ranks` processes of `program` with no arguments.
     pub fn new(ranks: u32, program: impl Into<PathBuf>) -> Self {
@@ -242,11 +254,7 @@ impl JobSpec {
         self
     }
     /// Appends arguments.
-    pub fn args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<OsString>,
-    {
+    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
         self.args.extend(args.into_iter().map(Into::into));
         self
     }
@@ -255,41 +263,19 @@ impl JobSpec {
         self.env.push((key.into(), value.into()));
         self
     }
-    /// Sets [`forward_signals`](Self::forward_signals).
-    pub fn forward_signals(mut self, yes: bool) -> Self {
-        self.forward_signals = yes;
-        self
-    }
-    /// Sets [`require_hello`](Self::require_hello).
-    pub fn require_hello(mut self, yes: bool) -> Self {
-        self.require_hello = yes;
-        self
-    }
-    /// Sets [`stdout_to_stderr`](Self::stdout_to_stderr).
-    pub fn stdout_to_stderr(mut self, yes: bool) -> Self {
-        self.stdout_to_stderr = yes;
-        self
-    }
-    /// Sets [`kill_on_bad_exit`](Self::kill_on_bad_exit).
-    pub fn kill_on_bad_exit(mut self, yes: bool) -> Self {
-        self.kill_on_bad_exit = yes;
-        self
-    }
+    switches!(
+        forward_signals,
+        require_hello,
+        stdout_to_stderr,
+        kill_on_bad_exit
+    );
     /// Sets [`hosts`](Self::hosts): the host name of each rank.
-    pub fn hosts<I, S>(mut self, hosts: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
+    pub fn hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.hosts = hosts.into_iter().map(Into::into).collect();
         self
     }
     /// Sets [`host_exec`](Self::host_exec): the command prefix, one word per item.
-    pub fn host_exec<I, S>(mut self, words: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<OsString>,
-    {
+    pub fn host_exec(mut self, words: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
         self.host_exec = words.into_iter().map(Into::into).collect();
         self
     }

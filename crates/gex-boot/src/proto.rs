@@ -108,6 +108,16 @@ fn start(tag: u8, capacity: usize) -> Vec<u8> {
     v
 }
 
+/// A frame of `tag` whose payload is `parts`, one after the other (the length
+/// prefix still a placeholder: [`finish`] writes it).
+fn frame(tag: u8, parts: &[&[u8]]) -> Vec<u8> {
+    let mut v = start(tag, parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        v.extend_from_slice(p);
+    }
+    v
+}
+
 /// Writes the length prefix; fails if the body does not fit in a `u32`.
 fn finish(mut v: Vec<u8>) -> Result<Vec<u8>, ProtoError> {
     let body = v.len() - HEADER;
@@ -137,46 +147,23 @@ impl ToLauncher {
                 version,
                 rank,
                 size,
-            } => {
-                let mut v = start(T_HELLO, 12);
-                v.extend_from_slice(&version.to_le_bytes());
-                v.extend_from_slice(&rank.to_le_bytes());
-                v.extend_from_slice(&size.to_le_bytes());
-                v
-            }
-            ToLauncher::Exchange { seq, blob } => {
-                let mut v = start(T_EXCHANGE, 8 + blob.len());
-                v.extend_from_slice(&seq.to_le_bytes());
-                v.extend_from_slice(blob);
-                v
-            }
-            ToLauncher::Barrier { seq } => {
-                let mut v = start(T_BARRIER, 8);
-                v.extend_from_slice(&seq.to_le_bytes());
-                v
-            }
+            } => frame(
+                T_HELLO,
+                &[
+                    &version.to_le_bytes(),
+                    &rank.to_le_bytes(),
+                    &size.to_le_bytes(),
+                ],
+            ),
+            ToLauncher::Exchange { seq, blob } => frame(T_EXCHANGE, &[&seq.to_le_bytes(), blob]),
+            ToLauncher::Barrier { seq } => frame(T_BARRIER, &[&seq.to_le_bytes()]),
             ToLauncher::Broadcast { seq, root, blob } => {
-                let mut v = start(T_BCAST, 12 + blob.len());
-                v.extend_from_slice(&seq.to_le_bytes());
-                v.extend_from_slice(&root.to_le_bytes());
-                v.extend_from_slice(blob);
-                v
+                frame(T_BCAST, &[&seq.to_le_bytes(), &root.to_le_bytes(), blob])
             }
-            ToLauncher::Finalize { code } => {
-                let mut v = start(T_FINALIZE, 4);
-                v.extend_from_slice(&code.to_le_bytes());
-                v
-            }
-            ToLauncher::Exit { code } => {
-                let mut v = start(T_EXIT, 4);
-                v.extend_from_slice(&code.to_le_bytes());
-                v
-            }
+            ToLauncher::Finalize { code } => frame(T_FINALIZE, &[&code.to_le_bytes()]),
+            ToLauncher::Exit { code } => frame(T_EXIT, &[&code.to_le_bytes()]),
             ToLauncher::Abort { code, msg } => {
-                let mut v = start(T_ABORT, 4 + msg.len());
-                v.extend_from_slice(&code.to_le_bytes());
-                v.extend_from_slice(msg.as_bytes());
-                v
+                frame(T_ABORT, &[&code.to_le_bytes(), msg.as_bytes()])
             }
         };
         finish(v)
@@ -242,17 +229,8 @@ impl ToRank {
                 }
                 v
             }
-            ToRank::BarrierDone { seq } => {
-                let mut v = start(T_BARRIER_DONE, 8);
-                v.extend_from_slice(&seq.to_le_bytes());
-                v
-            }
-            ToRank::BroadcastDone { seq, blob } => {
-                let mut v = start(T_BCAST_DONE, 8 + blob.len());
-                v.extend_from_slice(&seq.to_le_bytes());
-                v.extend_from_slice(blob);
-                v
-            }
+            ToRank::BarrierDone { seq } => frame(T_BARRIER_DONE, &[&seq.to_le_bytes()]),
+            ToRank::BroadcastDone { seq, blob } => frame(T_BCAST_DONE, &[&seq.to_le_bytes(), blob]),
         };
         finish(v)
     }

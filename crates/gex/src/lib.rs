@@ -467,17 +467,11 @@ fn self_launch(ranks: u32) -> Result<Box<dyn Bootstrap>, InitError> {
 /// [`ThreadsError::Init`](boot::threads::ThreadsError::Init) naming the first rank
 /// whose client could not be built (the others are released and report nothing);
 /// otherwise as [`boot::threads::run`] (a rank that panicked, by its number).
-pub fn run_threads<L, T, B, F>(
+pub fn run_threads<L: LayerSet, T: Send>(
     ranks: u32,
-    builder: B,
-    f: F,
-) -> Result<Vec<T>, gex_boot::threads::ThreadsError>
-where
-    L: LayerSet,
-    T: Send,
-    B: Fn() -> ClientBuilder<L> + Sync,
-    F: Fn(Client) -> T + Sync,
-{
+    builder: impl Fn() -> ClientBuilder<L> + Sync,
+    f: impl Fn(Client) -> T + Sync,
+) -> Result<Vec<T>, gex_boot::threads::ThreadsError> {
     let outs = gex_boot::threads::run(ranks, |boot| init_thread_rank(boot, &builder, &f))?;
     first_init_error(outs)
 }
@@ -508,16 +502,10 @@ where
 /// As [`run_threads`], and [`ThreadsError::Boot`](boot::threads::ThreadsError::Boot)
 /// if `GEX_THREADS` is not a number of at least 1 or the process's bootstrap cannot
 /// be made ([`boot::threads::run_from_env`]).
-pub fn run_threads_from_env<L, T, B, F>(
-    builder: B,
-    f: F,
-) -> Result<Vec<T>, gex_boot::threads::ThreadsError>
-where
-    L: LayerSet,
-    T: Send,
-    B: Fn() -> ClientBuilder<L> + Sync,
-    F: Fn(Client) -> T + Sync,
-{
+pub fn run_threads_from_env<L: LayerSet, T: Send>(
+    builder: impl Fn() -> ClientBuilder<L> + Sync,
+    f: impl Fn(Client) -> T + Sync,
+) -> Result<Vec<T>, gex_boot::threads::ThreadsError> {
     let outs = gex_boot::threads::run_from_env(|boot| init_thread_rank(boot, &builder, &f))?;
     first_init_error(outs)
 }

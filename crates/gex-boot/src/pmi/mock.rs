@@ -3,6 +3,7 @@
 //! with a key-value space, a barrier and a record of what it saw shared by all), and
 //! jobs that run one client per rank against it.
 
+use gex_core::boot::Bootstrap;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -69,6 +70,13 @@ pub(crate) fn job<S, C, T: Send + 'static>(
         s.join().unwrap();
     }
     (out, seen)
+}
+
+/// A job's body: the client's host ids, after which it finalizes.
+pub(crate) fn finalized_host_ids<C: Bootstrap>(mut c: C) -> Vec<u32> {
+    let h = c.host_ids().to_vec();
+    c.finalize(0).unwrap();
+    h
 }
 
 /// A test blob of `len` bytes that depends on `rank`.

@@ -778,12 +778,10 @@ mod tests {
     #[test]
     fn without_a_mapping_host_names_are_exchanged() {
         let cfg = Server::new(3, None);
-        let (hosts, seen) = job(cfg, |mut c| {
-            let h = c.host_ids().to_vec();
+        let (hosts, seen) = job(cfg, |c| {
             // The exchange of host names used sequence number 0.
             assert_eq!(c.seq, 1);
-            c.finalize(0).unwrap();
-            h
+            mock::finalized_host_ids(c)
         });
         assert_eq!(hosts, vec![vec![0, 0, 0]; 3]);
         assert!(

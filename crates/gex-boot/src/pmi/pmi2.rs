@@ -511,11 +511,9 @@ mod tests {
     #[test]
     fn without_a_mapping_host_names_are_exchanged() {
         let cfg = Server::new(2, None);
-        let (hosts, _) = job(cfg, |mut c| {
-            let h = c.host_ids().to_vec();
+        let (hosts, _) = job(cfg, |c| {
             assert_eq!(c.seq, 1);
-            c.finalize(0).unwrap();
-            h
+            mock::finalized_host_ids(c)
         });
         assert_eq!(hosts, vec![vec![0, 0]; 2]);
     }
@@ -523,11 +521,7 @@ mod tests {
     #[test]
     fn mapping_gives_host_ids() {
         let cfg = Server::new(4, Some("(vector,(0,2,2))"));
-        let (hosts, _) = job(cfg, |mut c| {
-            let h = c.host_ids().to_vec();
-            c.finalize(0).unwrap();
-            h
-        });
+        let (hosts, _) = job(cfg, mock::finalized_host_ids);
         assert_eq!(hosts, vec![vec![0, 0, 1, 1]; 4]);
     }
 

@@ -289,32 +289,31 @@ impl PmixClient {
     /// Host ids from the server's per-process data: `PMIX_NODEID`, else
     /// `PMIX_HOSTNAME`. Empty if the server has neither for some rank.
     fn host_ids_from_server(&self) -> Result<Vec<u32>, BootError> {
-        let mut ids = Vec::with_capacity(self.size as usize);
-        for r in 0..self.size {
-            match self
-                .get(&self.proc_(r), ffi::KEY_NODEID, true, None)?
-                .and_then(|v| v.u32())
-            {
-                Some(id) => ids.push(id),
-                None => break,
-            }
-        }
-        if ids.len() == self.size as usize {
+        if let Some(ids) = self.every_rank(ffi::KEY_NODEID, Value::u32)? {
             // Node ids need not start at 0 or be dense: renumber by first appearance.
             let names: Vec<Vec<u8>> = ids.iter().map(|i| i.to_le_bytes().to_vec()).collect();
             return Ok(kvs_host_ids(&names));
         }
-        let mut names = Vec::with_capacity(self.size as usize);
+        let names = self.every_rank(ffi::KEY_HOSTNAME, Value::string)?;
+        Ok(names.map_or_else(Vec::new, |n| kvs_host_ids(&n)))
+    }
+
+    /// The server's per-process `key` of every rank, read by `value`; `None` as soon
+    /// as some rank has none (or one of another type).
+    fn every_rank<T>(
+        &self,
+        key: &CStr,
+        value: impl Fn(&Value) -> Option<T>,
+    ) -> Result<Option<Vec<T>>, BootError> {
+        let mut all = Vec::with_capacity(self.size as usize);
         for r in 0..self.size {
-            match self
-                .get(&self.proc_(r), ffi::KEY_HOSTNAME, true, None)?
-                .and_then(|v| v.string())
-            {
-                Some(n) => names.push(n),
-                None => return Ok(Vec::new()),
-            }
+            let got = self.get(&self.proc_(r), key, true, None)?;
+            let Some(x) = got.and_then(|v| value(&v)) else {
+                return Ok(None);
+            };
+            all.push(x);
         }
-        Ok(kvs_host_ids(&names))
+        Ok(Some(all))
     }
 
     collective_seq!(finalized);

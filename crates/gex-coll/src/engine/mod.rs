@@ -39,6 +39,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 mod transport;
+use transport::OpCtx;
 
 /// Tags of the entry barrier (in-all) and of the exit barrier (out-all).
 pub(crate) const TAG_PRE: u32 = 0x4000_0000;
@@ -556,10 +557,15 @@ impl Coll {
                 open_round(s);
                 progressed = true;
             }
-            progressed |= self.issue_sends(cx, &st.team, st.seq, st.belief, s)?;
+            let op = OpCtx {
+                team: &st.team,
+                seq: st.seq,
+                belief: st.belief,
+            };
+            progressed |= self.issue_sends(cx, op, s)?;
             let nrecv = s.sched.rounds[s.round].recvs.len();
             while s.applied < nrecv {
-                let Some(msg) = self.take_recv(cx, &st.team, st.seq, st.belief, s)? else {
+                let Some(msg) = self.take_recv(cx, op, s)? else {
                     break;
                 };
                 apply(cx, &st.team, s, &msg)?;

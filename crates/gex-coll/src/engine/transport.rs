@@ -4,6 +4,15 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
+/// The collective a transport step serves: its team, its sequence number and this
+/// member's belief (the digest of its descriptor), which every message carries.
+#[derive(Clone, Copy)]
+pub(super) struct OpCtx<'a> {
+    pub(super) team: &'a Team,
+    pub(super) seq: u32,
+    pub(super) belief: u32,
+}
+
 impl Coll {
     /// Records `peer` as the member whose descriptor digest disagreed with this
     /// member's, and gives the mismatch error of collective `seq` of team `tid`.
@@ -41,15 +50,13 @@ impl Coll {
     pub(super) fn issue_sends<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        team: &Team,
-        seq: u32,
-        belief: u32,
+        op: OpCtx<'_>,
         s: &mut SchedOp,
     ) -> Result<bool, CollError> {
         let mut progressed = false;
         let mut i = 0;
         while i < s.pending.len() {
-            match self.send_one(cx, team, seq, belief, s, i)? {
+            match self.send_one(cx, op, s, i)? {
                 Some(true) => {
                     s.pending.swap_remove(i);
                     progressed = true;
@@ -69,12 +76,11 @@ impl Coll {
     pub(super) fn send_one<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        team: &Team,
-        seq: u32,
-        belief: u32,
+        op: OpCtx<'_>,
         s: &mut SchedOp,
         i: usize,
     ) -> Result<Option<bool>, CollError> {
+        let OpCtx { team, seq, belief } = op;
         let (tid, me) = (team.id(), team.rank());
         let (tlo, thi) = split64(tid);
         let step = &s.sched.rounds[s.round].sends[s.pending[i].idx];
@@ -82,7 +88,7 @@ impl Coll {
         let dst = team.members()[peer as usize];
         if uses_transport(s, &step.ranges, tag) {
             let r = step.ranges[0].clone();
-            return self.send_transport(cx, (team, seq, belief), s, i, (peer, tag), r);
+            return self.send_transport(cx, op, s, i, (peer, tag), r);
         }
         let total = s.pending[i].data.as_ref().map_or(0, Vec::len);
         let chunk = cx.max_medium(dst).max(1);
@@ -112,11 +118,10 @@ impl Coll {
     }
 
     /// A send by signaling put or rendezvous announcement (mirrored work buffers).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn send_transport<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        (team, seq, belief): (&Team, u32, u32),
+        OpCtx { team, seq, belief }: OpCtx<'_>,
         s: &mut SchedOp,
         i: usize,
         (peer, tag): (u32, u32),
@@ -167,11 +172,10 @@ impl Coll {
     pub(super) fn take_recv<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        team: &Team,
-        seq: u32,
-        belief: u32,
+        op: OpCtx<'_>,
         s: &mut SchedOp,
     ) -> Result<Option<Vec<u8>>, CollError> {
+        let OpCtx { team, seq, belief } = op;
         let i = s.applied;
         let v = &s.sched.rounds[s.round].recvs[i];
         let key = (team.id(), seq, v.peer, v.tag);
@@ -193,7 +197,7 @@ impl Coll {
                 cx.segment().read(base + r.start, &mut buf)?;
                 return Ok(Some(buf));
             }
-            return self.rendezvous(cx, team, seq, belief, s, key);
+            return self.rendezvous(cx, op, s, key);
         }
         match self.wire.mb.eager.get(&key) {
             Some(p) if p.got == p.buf.len() => {
@@ -210,9 +214,7 @@ impl Coll {
     pub(super) fn rendezvous<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        team: &Team,
-        seq: u32,
-        belief: u32,
+        OpCtx { team, seq, belief }: OpCtx<'_>,
         s: &mut SchedOp,
         key: (u64, u32, u32, u32),
     ) -> Result<Option<Vec<u8>>, CollError> {
