@@ -587,7 +587,7 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
             .ok_or(MsgError::NoLayer)??;
         loop {
-            let now = layer::with::<Msg, C, _>(self, |m, cx| {
+            let (now, armed) = layer::with::<Msg, C, _>(self, |m, cx| {
                 let m = m.get_mut();
                 let now = loop {
                     match recv_now(m, cx, &pat, buf) {
@@ -608,11 +608,14 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
                     }
                 };
                 // Nothing queued matches: the first eager message that does while
-                // this call waits lands straight in `buf` (module `landing`).
-                if matches!(now, Now::Wait) {
+                // this call waits lands straight in `buf` (module `landing`). Not
+                // armed when no eager message can land: from one source on the near
+                // path, a message that fits `buf` comes through its queue.
+                let arm = matches!(now, Now::Wait) && may_land(m, &pat, buf.len());
+                if arm {
                     m.landing = Some(Landing::new(pat, buf));
                 }
-                now
+                (now, arm)
             })
             .ok_or(MsgError::NoLayer)?;
             match now {
@@ -622,6 +625,11 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
                         layer::finish::<Received, MsgError, Blocking, C>(self, ev, IMPLICIT_TAG)?;
                     buf[..got.data.len()].copy_from_slice(&got.data);
                     return Ok(got.status);
+                }
+                Now::Wait if !armed => {
+                    layer::wait_until::<Msg, C>(self, |m| {
+                        m.near.ready(pat.src) || m.matcher.probe(&pat).is_some()
+                    });
                 }
                 Now::Wait => {
                     // Takes the landing back however the wait ends (unwinding too).
@@ -777,6 +785,16 @@ impl<C: Conduit> Drop for Armed<'_, C> {
     fn drop(&mut self) {
         self.disarm();
     }
+}
+
+/// True if a waiting blocking receive of `pat` into `len` bytes arms its landing:
+/// unless it takes one source on the near path and `len` is at most a queue slot's
+/// payload. Those messages come through the queue (a synchronous send, or one whose
+/// queue was full, still comes by AM, into the unexpected queue as without a
+/// landing), so arming and disarming would be work on every wait for nothing.
+#[inline]
+fn may_land(m: &Msg, pat: &Pattern, len: usize) -> bool {
+    len > crate::near::PAYLOAD_MAX || pat.src.is_none() || !m.near.covers(pat.src)
 }
 
 /// A probe that first feeds the near path's queues it can match to the engine.
