@@ -51,6 +51,7 @@ pub(super) fn ring_in_place<C: Conduit>(
     let first = coll(ep, |c, cx| {
         c.with_resolved(team, |c, team| {
             c.ring_begin(cx, team, root, (&mut *buf, ty, elem), opts, &mut call)
+                .map_err(|e| *e)
         })
     })??;
     match first {
@@ -73,7 +74,9 @@ pub(super) fn ring_in_place<C: Conduit>(
             let _ = layer::wait_until::<Coll, C>(ep, |c| c.shm.direct_ready());
         }
         let done = coll(ep, |c, cx| {
-            c.with_resolved(team, |c, team| c.ring_step(cx, team, d, &mut *buf))
+            c.with_resolved(team, |c, team| {
+                c.ring_step(cx, team, d, &mut *buf).map_err(|e| *e)
+            })
         })?
         .map_err(|e| mismatch_seen(ep, team, e))?;
         if done {

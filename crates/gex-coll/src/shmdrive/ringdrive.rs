@@ -56,6 +56,14 @@ impl Coll {
     /// reader whose root published copies), no operation record but the ring's.
     /// Otherwise [`RingBegin::Declined`], nothing consumed (the general path then
     /// decides, and reports a bad root).
+    ///
+    /// The error is boxed so that the result comes back in registers: returned
+    /// through memory (a `CollError` is 64 bytes), its tag was stored with one byte
+    /// and loaded back with 16-byte loads right after the call, a load that cannot
+    /// take its bytes from the store still in flight and waits until the store
+    /// buffer has drained, so until the root's slot stores (each a cache line the
+    /// readers hold) had left: half of a root's time in a run of 8-byte broadcasts
+    /// (`perf annotate`, 2026-12-01). Errors are rare and may allocate.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn ring_begin<C: Conduit>(
         &mut self,
@@ -65,7 +73,7 @@ impl Coll {
         (buf, ty, elem): (&mut [u8], u8, usize),
         opts: &Opts<'_>,
         call: &mut Option<RingCall>,
-    ) -> Result<RingBegin, CollError> {
+    ) -> Result<RingBegin, Box<CollError>> {
         let x = ext(team);
         let Some(sh) = x.shm.as_ref() else {
             return Ok(RingBegin::Declined);
@@ -151,14 +159,15 @@ impl Coll {
     /// [`direct_step`](Self::direct_step) does a direct call): true once done.
     ///
     /// # Errors
-    /// [`CollError::Mismatch`] when the stall checks find one, or the team failed.
+    /// [`CollError::Mismatch`] when the stall checks find one, or the team failed
+    /// (boxed: see [`ring_begin`](Self::ring_begin)).
     pub(crate) fn ring_step<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
         team: &Team,
         call: &mut RingCall,
         buf: &mut [u8],
-    ) -> Result<bool, CollError> {
+    ) -> Result<bool, Box<CollError>> {
         let x = ext(team);
         let t = x.shm.as_ref().expect("ring calls need a channel");
         let stall = take_wait(&mut self.shm, t, team.id(), (call.seq, call.belief))?;
