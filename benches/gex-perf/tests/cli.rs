@@ -815,6 +815,8 @@ fn overlap_halo_kernel_reports_every_mode_and_its_speedup() {
             "overlap_halo_piggyback_speedup",
             "overlap_halo_auto",
             "overlap_halo_auto_speedup",
+            "overlap_halo_request",
+            "overlap_halo_request_speedup",
         ],
     );
     assert_kernel_rows(&rows, 16, 3);

@@ -86,6 +86,15 @@ pub enum AmError {
     /// Waiting on an event failed (see [`EventError`]).
     #[error(transparent)]
     Event(#[from] EventError),
+    /// [`Token::deliver_client`](crate::Token::deliver_client) from a client
+    /// handler's token: only a layer's handler may run a client handler on its message.
+    #[error("only a layer's handler may deliver a message to a client handler")]
+    NotFromLayer,
+    /// [`Token::deliver_client`](crate::Token::deliver_client) with a Long body: a Long
+    /// payload lands in the segment before its handler runs, which a forwarded message
+    /// cannot do (forward a Short or a Medium).
+    #[error("a Long message cannot be delivered to a client handler by a layer")]
+    LongDelivered,
     /// The endpoint has no team member at this address (see [`crate::Team`]).
     #[error("{0} is not a member of the team")]
     NotMember(EpAddr),

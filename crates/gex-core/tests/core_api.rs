@@ -1074,3 +1074,193 @@ fn a_scope_waits_for_what_its_layers_track_at_its_end() {
     let ended = layer::with::<Flusher, _, _>(&mut *ep, |f, _| f.ended.len()).unwrap();
     assert_eq!(ended, 3, "sync and end of the second scope");
 }
+
+// ---------------------------------------------------------------- deliver_client
+
+/// A layer whose handler 0 runs the client handler its message names
+/// (`Token::deliver_client`): arguments `[how, client index, program arguments...]`
+/// (`how`: 0 Medium, 1 Short, 2 Long), payload the program's; then it tries its own
+/// reply (a pong to its handler 1) and records both results.
+#[derive(Debug, Default)]
+struct Forward {
+    fwd: Option<HandlerId>,
+    pong: Option<HandlerId>,
+    /// Per message: what `deliver_client` answered, what the layer's own reply did.
+    results: Vec<(Result<(), AmError>, Result<(), AmError>)>,
+    pongs: u32,
+}
+
+impl Layer for Forward {
+    const NAME: &'static str = "forward";
+    const HANDLERS: u8 = 2;
+    fn attach<C: Conduit>(cx: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
+        Ok(Forward {
+            fwd: Some(cx.handler(0)),
+            pong: Some(cx.handler(1)),
+            ..Default::default()
+        })
+    }
+    fn handle(mut self: std::pin::Pin<&mut Self>, h: u8, t: &mut Token<'_>, am: Am<'_>) {
+        if h == 1 {
+            self.pongs += 1;
+            return;
+        }
+        let a = am.args();
+        let to = HandlerId::at_any(a[1] as u8);
+        let body = match a[0] {
+            0 => Body::medium(&a[2..], am.payload()),
+            1 => Body::short(&a[2..]),
+            _ => Body::long(&a[2..], am.payload(), 0),
+        };
+        let delivered = t.deliver_client(to, body);
+        let own = t.reply(self.pong.expect("attached"), Body::short(&[]));
+        self.results.push((delivered, own));
+    }
+}
+
+/// Sends `args`/`payload` from `from` to `to`'s `Forward` handler 0.
+fn forward(from: &mut gex_core::Endpoint<Loopback>, to: EpAddr, args: &[u32], payload: &[u8]) {
+    let fwd = layer::with::<Forward, _, _>(from, |f, _| f.fwd.unwrap()).unwrap();
+    layer::with::<Forward, _, _>(from, |_, cx| {
+        cx.try_request(to, fwd, Category::Medium, args, payload, 0)
+    })
+    .unwrap()
+    .unwrap();
+}
+
+fn forward_results(
+    ep: &mut gex_core::Endpoint<Loopback>,
+) -> Vec<(Result<(), AmError>, Result<(), AmError>)> {
+    layer::with::<Forward, _, _>(ep, |mut f, _| std::mem::take(&mut f.results)).unwrap()
+}
+
+type Seen = Arc<Mutex<Vec<(EpAddr, bool, Category, Vec<u32>, Vec<u8>)>>>;
+
+#[test]
+fn a_layer_handler_delivers_to_a_client_handler_whose_reply_reaches_the_sender() {
+    let c = common::build(
+        ClientBuilder::new().layer::<Forward>().endpoints(2),
+        gex_core::Config::default(),
+    );
+    let (mut a, mut b) = (c.endpoint(0).unwrap(), c.endpoint(1).unwrap());
+    // The same table on both: `back` first, then the forwarded handler.
+    let seen: Seen = Arc::default();
+    let backs = Arc::new(AtomicU64::new(0));
+    let mut ids = Vec::new();
+    for ep in [&mut a, &mut b] {
+        let n = backs.clone();
+        let back = ep
+            .register(move |_t: &mut Token<'_>, am: Am<'_>| {
+                assert_eq!(am.args(), [42]);
+                n.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        let s = seen.clone();
+        let h = ep
+            .register(move |t: &mut Token<'_>, am: Am<'_>| {
+                s.lock().unwrap().push((
+                    am.src(),
+                    t.is_request(),
+                    am.category(),
+                    am.args().to_vec(),
+                    am.payload().to_vec(),
+                ));
+                // The client handler's reply: to the original sender.
+                t.reply(back, Body::short(&[42])).unwrap();
+                // Its own token cannot forward.
+                assert_eq!(
+                    t.deliver_client(back, Body::short(&[])),
+                    Err(AmError::NotFromLayer)
+                );
+            })
+            .unwrap();
+        ids.push(h);
+    }
+    let h = u32::from(ids[0].index());
+    let (from, to) = (b.addr(), a.addr());
+    forward(&mut b, to, &[0, h, 7, 8], b"xyz");
+    forward(&mut b, to, &[1, h, 9], b"ignored");
+    a.poll();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            (from, true, Category::Medium, vec![7, 8], b"xyz".to_vec()),
+            (from, true, Category::Short, vec![9], vec![]),
+        ],
+        "the client handler saw the layer's message as its own"
+    );
+    // One reply over both tokens: the client's went, the layer's was refused.
+    assert_eq!(
+        forward_results(&mut a),
+        [
+            (Ok(()), Err(AmError::AlreadyReplied)),
+            (Ok(()), Err(AmError::AlreadyReplied))
+        ]
+    );
+    b.wait_until(|| backs.load(Ordering::Relaxed) == 2);
+    assert_eq!(
+        layer::with::<Forward, _, _>(&mut *b, |f, _| f.pongs),
+        Some(0)
+    );
+}
+
+#[test]
+fn deliver_client_refuses_reserved_unregistered_and_long_and_nothing_runs() {
+    let c = common::build(
+        ClientBuilder::new().layer::<Forward>(),
+        gex_core::Config::default(),
+    );
+    let mut ep = c.endpoint(0).unwrap();
+    let me = ep.addr();
+    let (h, n) = common::counting(&mut ep);
+    let h = u32::from(h.index());
+    let fwd = layer::with::<Forward, _, _>(&mut *ep, |f, _| f.fwd.unwrap()).unwrap();
+    let reserved = u32::from(fwd.index());
+    forward(&mut ep, me, &[0, reserved], b"");
+    forward(&mut ep, me, &[0, 200], b"");
+    forward(&mut ep, me, &[2, h], b"long");
+    forward(&mut ep, me, &[1, h], b"");
+    assert!(layer::wait_until::<Forward, _>(&mut *ep, |f| f.pongs == 4));
+    assert_eq!(
+        forward_results(&mut ep),
+        [
+            (Err(AmError::ReservedHandler(fwd.index())), Ok(())),
+            (Err(AmError::UnregisteredHandler(200)), Ok(())),
+            (Err(AmError::LongDelivered), Ok(())),
+            // The client handler did not reply: the layer's reply goes.
+            (Ok(()), Ok(())),
+        ]
+    );
+    assert_eq!(
+        n.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "only the last ran"
+    );
+}
+
+#[test]
+fn a_panic_in_a_delivered_client_handler_is_raised_by_the_poll() {
+    let c = common::build(
+        ClientBuilder::new().layer::<Forward>(),
+        gex_core::Config::default(),
+    );
+    let mut ep = c.endpoint(0).unwrap();
+    let me = ep.addr();
+    let h = ep
+        .register(|_t: &mut Token<'_>, _a: Am<'_>| panic!("a forwarded handler panics"))
+        .unwrap();
+    forward(&mut ep, me, &[1, u32::from(h.index())], b"");
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ep.poll()));
+    let msg = r.expect_err("the poll raises the handler's panic");
+    assert_eq!(
+        msg.downcast_ref::<&str>(),
+        Some(&"a forwarded handler panics")
+    );
+    // The layer's handler went on after it: delivery answered, its own reply sent.
+    assert!(layer::wait_until::<Forward, _>(&mut *ep, |f| f.pongs == 1));
+    assert_eq!(forward_results(&mut ep), [(Ok(()), Ok(()))]);
+    // The handler runs again for a later message (and panics again).
+    forward(&mut ep, me, &[1, u32::from(h.index())], b"");
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ep.poll()));
+    assert!(r.is_err());
+}

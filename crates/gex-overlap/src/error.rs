@@ -91,6 +91,16 @@ pub enum OverlapError {
     /// [`SchedExt`]: crate::SchedExt
     #[error("scheduled message: {0}")]
     Am(#[source] gex_core::AmError),
+    /// [`SchedExt::sched_request`] with a Long body: scheduled puts ride Short and
+    /// Medium requests only (a Long payload lands in the target's segment before its
+    /// handler runs; send a Long with [`Endpoint::request`] after
+    /// [`SchedExt::sched_flush`]).
+    ///
+    /// [`SchedExt::sched_request`]: crate::SchedExt::sched_request
+    /// [`SchedExt::sched_flush`]: crate::SchedExt::sched_flush
+    /// [`Endpoint::request`]: gex_core::Endpoint::request
+    #[error("sched_request takes Short and Medium bodies, not a Long")]
+    LongRequest,
     /// An overlap profile ([`OverlapProfile`](crate::OverlapProfile),
     /// `GEX_OVERLAP_PROFILE`) could not be read or parsed: the file, the line and the
     /// problem.

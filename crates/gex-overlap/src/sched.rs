@@ -1,8 +1,9 @@
 //! Message scheduling (seed 000's trains and piggybacking): small puts to one
 //! destination endpoint are coalesced into a *train* (one Medium active message
-//! carrying many puts) or held for the next *signal* to that destination, which then
-//! carries them; which of the two, or neither, is chosen per destination from what the
-//! program did between its earlier synchronisation points. Everything scheduled is
+//! carrying many puts) or held for the next *signal* to that destination, or the next
+//! active message of the program's own sent with [`SchedExt::sched_request`], which
+//! then carries them; which of the two, or neither, is chosen per destination from
+//! what the program did between its earlier synchronisation points. Everything scheduled is
 //! complete at its target after [`SchedExt::sched_flush`] (and
 //! [`OverlapExt::retire_all`](crate::OverlapExt::retire_all), which calls it).
 //!
@@ -15,9 +16,10 @@
 //! | direct | the destination's segment is mapped here (smp, thread ranks, same-host ranks of a hybrid job) | one copy, now |
 //! | plain | the put is larger than the train threshold, or puts to this destination came alone (fewer than 2 per interval on average) and not before a signal | one gex-rma NBI put |
 //! | train | at least 2 puts per interval on average | one copy into the train; the train leaves when full, on the endpoint's next poll, at a signal or at a flush |
-//! | piggyback | most intervals to this destination ended with a signal | as train, but the train waits for the signal (or a flush, or being full) |
+//! | piggyback | most intervals to this destination ended with a signal or a program's request | as train, but the train waits for the signal or the request (or a flush, or being full) |
 //!
-//! An *interval* of a destination ends at a signal to it or at a flush. The statistics
+//! An *interval* of a destination ends at a signal or a program's request
+//! ([`SchedExt::sched_request`]) to it, or at a flush. The statistics
 //! are exponential averages over intervals (weight ½): puts per interval and the share of
 //! intervals ended by a signal.
 //!
@@ -29,6 +31,21 @@
 //! `flags & 1`, and acknowledges with a Short reply to handler 1. A record or signal
 //! outside the target's segment is dropped there and counted (the sender checks first,
 //! so only a sender that lied about the layout gets there).
+//!
+//! A program's request that carries a train ([`SchedExt::sched_request`]) is a Medium
+//! request to the layer's handler 2: arguments `[program handler index | 0x100 if the
+//! program's body is a Medium, length of the records, the program's arguments...]`,
+//! payload the train's records followed by the program's payload. The target applies
+//! the records as above, then runs the program's handler on the program's arguments
+//! and payload as if its message had arrived by itself
+//! ([`Token::deliver_client`](gex_core::Token::deliver_client): same source, and the
+//! reply right, so the program's handler may reply to the sender). It acknowledges
+//! with a Short reply to handler 1 unless the program's handler replied; then with a
+//! Short request to handler 1 from its progress hook. When the records and the
+//! program's message do not fit one message (the conduit's Medium, its argument
+//! count) the train leaves first as above, and the program's message follows once the
+//! train is acknowledged, to the program's handler; with no train waiting it goes
+//! there at once.
 //!
 //! # Safety
 //! The unsafe blocks copy records into this endpoint's segment (an incoming train) or
@@ -45,7 +62,9 @@ use std::pin::Pin;
 
 use gex_core::layer::{Cx, Progress};
 use gex_core::spi::Conduit;
-use gex_core::{Am, Body, Category, EpAddr, HandlerId, Injected, Nbi, Token};
+use gex_core::{
+    Am, AmError, Body, Category, EpAddr, FIRST_CLIENT_HANDLER, HandlerId, Injected, Nbi, Token,
+};
 use gex_rma::{GlobalPtr, NbiCategories, RmaExt};
 
 use crate::error::OverlapError;
@@ -55,8 +74,16 @@ use crate::layer::{Overlap, backoff, with};
 pub(crate) const H_TRAIN: u8 = 0;
 /// Handler of a train's acknowledgement.
 pub(crate) const H_ACK: u8 = 1;
+/// Handler of a program's request carrying a train.
+pub(crate) const H_CARRY: u8 = 2;
 /// Handlers the scheduler uses.
-pub(crate) const HANDLERS: u8 = 2;
+pub(crate) const HANDLERS: u8 = 3;
+/// Flag in a carrier's first argument: the program's body is a Medium.
+const CARRY_MEDIUM: u32 = 0x100;
+/// Arguments a carrier adds to the program's.
+const CARRY_ARGS: usize = 2;
+/// The most arguments of a carrier built on the stack (conduits offer 16).
+const MAX_CARRIER_ARGS: usize = 64;
 /// A record's header: offset (u64 LE) and length (u32 LE).
 const REC_HDR: usize = 12;
 /// Flag of a train that ends with a signal.
@@ -74,8 +101,9 @@ pub enum SchedMode {
     /// Small puts are coalesced into trains, also to mapped peers; a train leaves when
     /// full, on the endpoint's next poll, at a signal or at a flush.
     Train,
-    /// Small puts wait for the next signal to their destination (or a flush, or a
-    /// full train), also to mapped peers.
+    /// Small puts wait for the next signal or program request
+    /// ([`SchedExt::sched_request`]) to their destination (or a flush, or a full
+    /// train), also to mapped peers.
     Piggyback,
 }
 
@@ -102,14 +130,20 @@ pub struct SchedStats {
     pub plain: u64,
     /// Puts carried by trains (including those that rode a signal).
     pub coalesced: u64,
-    /// Train messages sent (with or without a signal).
+    /// Train messages sent (with or without a signal, or carried by a program's
+    /// request).
     pub trains: u64,
     /// Signals sent.
     pub signals: u64,
     /// Signals that carried puts.
     pub piggybacked: u64,
-    /// Records and signals this endpoint received outside its segment and dropped.
+    /// Records and signals this endpoint received outside its segment and dropped
+    /// (and carried program messages whose handler is not registered here).
     pub dropped: u64,
+    /// Program requests sent with [`SchedExt::sched_request`].
+    pub requests: u64,
+    /// Program requests that carried puts (a train rode them).
+    pub carried: u64,
 }
 
 /// Where a put goes now.
@@ -136,8 +170,11 @@ struct Dest {
     puts: u32,
     /// Exponential average of puts per interval.
     avg_puts: f32,
-    /// Exponential average of the intervals that ended with a signal (0..1).
+    /// Exponential average of the intervals that ended with a signal or a program's
+    /// request (0..1).
     by_signal: f32,
+    /// Messages to this destination (trains, signals, carriers) not acknowledged yet.
+    unacked: u32,
 }
 
 impl Dest {
@@ -150,6 +187,7 @@ impl Dest {
             puts: 0,
             avg_puts: 2.0,
             by_signal: 0.0,
+            unacked: 0,
         }
     }
 
@@ -177,6 +215,10 @@ pub(crate) struct Sched {
     seg: (usize, usize),
     h_train: HandlerId,
     h_ack: HandlerId,
+    h_carry: HandlerId,
+    /// Senders of carriers whose program handler replied: their acknowledgement is a
+    /// request, sent by the progress hook.
+    acks: Vec<EpAddr>,
     stats: SchedStats,
 }
 
@@ -186,7 +228,7 @@ impl Sched {
         cap: usize,
         small: usize,
         seg: (usize, usize),
-        handlers: (HandlerId, HandlerId),
+        handlers: (HandlerId, HandlerId, HandlerId),
     ) -> Sched {
         Sched {
             mode,
@@ -198,6 +240,8 @@ impl Sched {
             seg,
             h_train: handlers.0,
             h_ack: handlers.1,
+            h_carry: handlers.2,
+            acks: Vec::new(),
             stats: SchedStats::default(),
         }
     }
@@ -289,12 +333,75 @@ impl Sched {
             self.stats.signals += 1;
             self.stats.piggybacked += u64::from(recs > 0);
         }
-        if let Some(d) = self.dests.get_mut(&dst) {
-            d.train.clear();
-            d.recs = 0;
-            d.hold = false;
-        }
+        let d = self.dests.entry(dst).or_insert_with(Dest::new);
+        d.train.clear();
+        d.recs = 0;
+        d.hold = false;
+        d.unacked += 1;
         Ok(true)
+    }
+
+    /// Sends the program's request (`handler`, Short or Medium `body`) to `dst`
+    /// carrying `dst`'s train (module documentation, "Wire"; the caller checked that
+    /// both fit one message). `Ok(false)`: back-pressure, nothing sent.
+    fn carry<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: EpAddr,
+        handler: HandlerId,
+        body: &Body<'_>,
+    ) -> Result<bool, OverlapError> {
+        let Some(d) = self.dests.get_mut(&dst) else {
+            return Ok(false);
+        };
+        let split = d.train.len();
+        let n = body.args().len() + CARRY_ARGS;
+        let mut args = [0u32; MAX_CARRIER_ARGS];
+        let medium = if body.category() == Category::Medium {
+            CARRY_MEDIUM
+        } else {
+            0
+        };
+        args[0] = u32::from(handler.index()) | medium;
+        args[1] = split as u32;
+        args[CARRY_ARGS..n].copy_from_slice(body.args());
+        // The program's payload after the records: the train's buffer keeps its
+        // capacity across trains, so this allocates only the first time it grows.
+        d.train.extend_from_slice(body.payload());
+        let r = cx.try_request(dst, self.h_carry, Category::Medium, &args[..n], &d.train, 0);
+        match r {
+            Ok(Injected::Sent) => {}
+            Ok(_) => {
+                d.train.truncate(split);
+                return Ok(false);
+            }
+            Err(e) => {
+                d.train.truncate(split);
+                return Err(OverlapError::Am(e));
+            }
+        }
+        d.train.clear();
+        d.recs = 0;
+        d.hold = false;
+        d.unacked += 1;
+        self.outstanding += 1;
+        self.stats.trains += 1;
+        self.stats.requests += 1;
+        self.stats.carried += 1;
+        Ok(true)
+    }
+
+    /// Sends the acknowledgements of carriers whose program handler replied; true if
+    /// one is left (back-pressure).
+    fn send_acks<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> bool {
+        while let Some(&src) = self.acks.last() {
+            match cx.try_request(src, self.h_ack, Category::Short, &[], &[], 0) {
+                Ok(Injected::WouldBlock) => return true,
+                // Sent, or the requester is gone (its flush then fails on its side).
+                _ => _ = self.acks.pop(),
+            }
+        }
+        false
     }
 
     /// Sends every train the progress hook may send (not held); true if one is left.
@@ -312,10 +419,10 @@ impl Sched {
         left
     }
 
-    /// An incoming train: its records, then its signal; acknowledged.
-    fn on_train(&mut self, t: &mut Token<'_>, am: Am<'_>) {
+    /// Copies a train's records into this endpoint's segment.
+    fn apply(&mut self, records: &[u8]) {
         let (base, seg_len) = self.seg;
-        for (off, bytes) in Records(am.payload()) {
+        for (off, bytes) in Records(records) {
             if off.checked_add(bytes.len()).is_none_or(|e| e > seg_len) {
                 self.stats.dropped += 1;
                 continue;
@@ -325,6 +432,12 @@ impl Sched {
             // against other ranks' accesses to the same bytes.
             unsafe { gex_sync::copy::atomic_write((base + off) as *mut u8, bytes) };
         }
+    }
+
+    /// An incoming train: its records, then its signal; acknowledged.
+    fn on_train(&mut self, t: &mut Token<'_>, am: Am<'_>) {
+        let (base, seg_len) = self.seg;
+        self.apply(am.payload());
         let a = am.args();
         if a.len() >= 5 && a[0] & HAS_SIGNAL != 0 {
             let off = (u64::from(a[1]) | u64::from(a[2]) << 32) as usize;
@@ -338,6 +451,47 @@ impl Sched {
         }
         // A reply fails only if the requester is gone; its flush then fails on its side.
         let _ = t.reply(self.h_ack, Body::short(&[]));
+    }
+
+    /// An incoming program request carrying a train: the records, then the program's
+    /// handler (which sees them in place); acknowledged.
+    fn on_carry(&mut self, t: &mut Token<'_>, am: Am<'_>) {
+        let a = am.args();
+        let parts = a.get(..CARRY_ARGS).and_then(|h| {
+            let (recs, payload) = am.payload().split_at_checked(h[1] as usize)?;
+            let handler = HandlerId::try_at((h[0] & 0xff) as u8).ok()?;
+            Some((handler, h[0] & CARRY_MEDIUM != 0, recs, payload))
+        });
+        match parts {
+            Some((handler, medium, recs, payload)) => {
+                self.apply(recs);
+                let args = &a[CARRY_ARGS..];
+                let body = if medium {
+                    Body::medium(args, payload)
+                } else {
+                    Body::short(args)
+                };
+                // An error: the program's table here differs from the sender's.
+                if t.deliver_client(handler, body).is_err() {
+                    self.stats.dropped += 1;
+                }
+            }
+            None => self.stats.dropped += 1,
+        }
+        if t.has_replied() {
+            // The program's handler used the reply: acknowledge by a request.
+            self.acks.push(t.src());
+        } else {
+            let _ = t.reply(self.h_ack, Body::short(&[]));
+        }
+    }
+
+    /// An acknowledgement from `src`.
+    fn on_ack(&mut self, src: EpAddr) {
+        self.outstanding = self.outstanding.saturating_sub(1);
+        if let Some(d) = self.dests.get_mut(&src) {
+            d.unacked = d.unacked.saturating_sub(1);
+        }
     }
 }
 
@@ -374,13 +528,15 @@ impl Overlap {
         let me = self.get_mut();
         match h {
             H_TRAIN => me.sched.on_train(t, am),
-            _ => me.sched.outstanding = me.sched.outstanding.saturating_sub(1),
+            H_CARRY => me.sched.on_carry(t, am),
+            _ => me.sched.on_ack(am.src()),
         }
     }
 
     /// The progress hook's part: trains not held leave on the next poll.
     pub(crate) fn sched_progress<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
-        if self.sched.send_ready(cx) {
+        let acks_left = self.sched.send_acks(cx);
+        if self.sched.send_ready(cx) | acks_left {
             Progress::Spinning
         } else if self.sched.outstanding > 0 {
             Progress::Busy
@@ -443,6 +599,64 @@ pub trait SchedExt {
     /// [`OverlapError::OutOfSegment`] (the word is not an aligned 8 bytes inside the
     /// target's segment), as [`sched_put`](Self::sched_put) otherwise.
     fn sched_signal(&mut self, sig: GlobalPtr<u64>, add: u64) -> Result<(), OverlapError>;
+
+    /// Sends the program's active message (`handler`, a Short or Medium `body`) to
+    /// `dst` as a request, after every put scheduled to `dst` before this call: when
+    /// `dst`'s handler runs, those puts are in place in its segment. The puts waiting
+    /// in `dst`'s train ride the same message (the target applies them, then runs the
+    /// handler); plain puts are completed first, and trains to `dst` that left
+    /// earlier are acknowledged first (gex promises no order between messages). The
+    /// handler runs as for [`Endpoint::request`](gex_core::Endpoint::request): its
+    /// token's source is this endpoint and it may reply. The body is copied before
+    /// this returns. When the train and the body do not fit one message (the
+    /// conduit's Medium, two arguments more than the program's), the train leaves
+    /// first and the request follows once it is acknowledged; with nothing waiting
+    /// the request goes as is.
+    ///
+    /// For the statistics of [`SchedMode::Auto`] a request ends an interval of `dst`
+    /// as a signal does, and in [`SchedMode::Piggyback`] puts wait for the next signal
+    /// or request.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, ClientBuilder, Token};
+    /// use gex_overlap::{Overlap, SchedExt, SchedMode};
+    /// use gex_rma::{GlobalPtr, Rma};
+    /// use std::sync::{Arc, atomic::{AtomicU32, Ordering}};
+    ///
+    /// let client = ClientBuilder::new().layer::<Rma>().layer::<Overlap>()
+    ///     .segment_size(1 << 16).init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let me = ep.addr();
+    /// let got = Arc::new(AtomicU32::new(0));
+    /// let g = got.clone();
+    /// let h = ep.register(move |_t: &mut Token<'_>, am: Am<'_>| {
+    ///     g.store(am.args()[0], Ordering::Release);
+    /// })?;
+    /// ep.set_sched(SchedMode::Piggyback)?;
+    /// for i in 0..4u8 {
+    ///     ep.sched_put(GlobalPtr::new(me, 64 + 8 * i as usize), &[i; 8])?;
+    /// }
+    /// ep.sched_request(me, h, Body::medium(&[7], b"and the program's bytes"))?;
+    /// ep.wait_until(|| got.load(Ordering::Acquire) == 7);
+    /// ep.sched_flush()?;
+    /// let s = ep.sched_stats()?;
+    /// assert_eq!((s.coalesced, s.requests, s.carried), (4, 1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`OverlapError::LongRequest`] (a Long body), [`OverlapError::Am`] with
+    /// [`AmError::ReservedHandler`], [`AmError::UnregisteredHandler`] (not a handler
+    /// the program registered), [`AmError::TooManyArgs`], [`AmError::PayloadTooLarge`],
+    /// [`AmError::BadRank`] (nothing is sent), or what the sending of a train or the
+    /// request met; [`OverlapError::NotAttached`], [`OverlapError::Rma`] (completing
+    /// plain puts first).
+    fn sched_request(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        body: Body<'_>,
+    ) -> Result<(), OverlapError>;
 
     /// Sends every train and waits until every scheduled put and signal is complete at
     /// its target: a synchronisation point ([`OverlapExt::retire_all`] calls it).
@@ -508,6 +722,16 @@ fn send_blocking<C: Conduit>(
 ) -> Result<(), OverlapError> {
     let mut spins = 0u32;
     while !with(ep, |l, cx| l.sched.send(cx, dst, sig))?? {
+        backoff(ep, &mut spins);
+    }
+    Ok(())
+}
+
+/// Polls until every message sent to `dst` (trains, signals, carriers) is
+/// acknowledged.
+fn wait_acked<C: Conduit>(ep: &mut gex_core::Endpoint<C>, dst: EpAddr) -> Result<(), OverlapError> {
+    let mut spins = 0u32;
+    while with(ep, |l, _| l.sched.dests.get(&dst).map_or(0, |d| d.unacked))? > 0 {
         backoff(ep, &mut spins);
     }
     Ok(())
@@ -597,6 +821,83 @@ impl<C: Conduit> SchedExt for gex_core::Endpoint<C> {
             return Ok(());
         }
         send_blocking(self, a, Some((off, add)))
+    }
+
+    fn sched_request(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        body: Body<'_>,
+    ) -> Result<(), OverlapError> {
+        if body.category() == Category::Long {
+            return Err(OverlapError::LongRequest);
+        }
+        let h = handler.index();
+        if h < FIRST_CLIENT_HANDLER {
+            return Err(OverlapError::Am(AmError::ReservedHandler(h)));
+        }
+        if !self.is_registered(h) {
+            return Err(OverlapError::Am(AmError::UnregisteredHandler(h)));
+        }
+        // (a train waits, it fits one message with the body, plain puts are out)
+        type Plan = (bool, bool, bool);
+        let (has_train, fits, plain_out) = with(self, |l, cx| -> Result<Plan, OverlapError> {
+            let size = cx.size();
+            if dst.rank >= size {
+                return Err(OverlapError::Am(AmError::BadRank {
+                    rank: dst.rank,
+                    size,
+                }));
+            }
+            let (nargs, len) = (body.args().len(), body.payload().len());
+            let max_args = cx.max_args();
+            if nargs > max_args {
+                return Err(OverlapError::Am(AmError::TooManyArgs {
+                    given: nargs,
+                    max: max_args,
+                }));
+            }
+            let max_medium = cx.max_medium(dst);
+            if len > max_medium {
+                return Err(OverlapError::Am(AmError::PayloadTooLarge {
+                    len,
+                    max: max_medium,
+                }));
+            }
+            let (has_train, fits) = match l.sched.dests.get_mut(&dst) {
+                Some(d) => {
+                    d.end_interval(true);
+                    let fits = nargs + CARRY_ARGS <= max_args.min(MAX_CARRIER_ARGS)
+                        && d.train.len() + len <= max_medium;
+                    // Held until it leaves with the request (the polls below must not
+                    // send it apart).
+                    d.hold |= d.recs > 0 && fits;
+                    (d.recs > 0, fits)
+                }
+                None => (false, true),
+            };
+            Ok((has_train, fits, l.sched.plain_out))
+        })??;
+        if plain_out {
+            // Plain puts travel apart from the request: complete them first.
+            self.sync_nbi(NbiCategories::PUTS)?;
+            with(self, |l, _| l.sched.plain_out = false)?;
+        }
+        if has_train && !fits {
+            send_blocking(self, dst, None)?;
+        }
+        // Trains that left earlier (and the one just sent) are in place first.
+        wait_acked(self, dst)?;
+        if has_train && fits {
+            let mut spins = 0u32;
+            while !with(self, |l, cx| l.sched.carry(cx, dst, handler, &body))?? {
+                backoff(self, &mut spins);
+            }
+            return Ok(());
+        }
+        self.request(dst, handler, body).map_err(OverlapError::Am)?;
+        with(self, |l, _| l.sched.stats.requests += 1)?;
+        Ok(())
     }
 
     fn sched_flush(&mut self) -> Result<(), OverlapError> {

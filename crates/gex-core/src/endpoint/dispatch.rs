@@ -8,6 +8,12 @@
 //! message. The call that ran the poll raises it (module `progress`). A handler that
 //! panicked is called again for later messages, with its captured state as the panic
 //! left it (as a thread would find it behind a `Mutex` without poisoning).
+//!
+//! A layer's handler may run a client handler on the message it handles
+//! ([`Token::deliver_client`]): its token then points at the dispatcher's
+//! [`Clients`] (the client handler table and the panic slot), one pointer written for
+//! a layer's message only; a client handler's token has none. The client path is
+//! otherwise what it was (one null pointer more in its token).
 
 use super::am::{Am, Handler, LongPayload, Token};
 use super::exchange::Mailbox;
@@ -19,8 +25,17 @@ use crate::types::{Category, EpAddr, FIRST_CLIENT_HANDLER};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
+/// What running a client handler needs: the table and where a handler's panic is
+/// kept. Part of the dispatcher; a layer's token points at it
+/// ([`Token::deliver_client`]).
+pub(crate) struct Clients<'e> {
+    pub(crate) handlers: &'e mut [Option<Handler>],
+    /// Where a handler's panic is kept.
+    pub(crate) panicked: &'e mut Option<Box<dyn std::any::Any + Send>>,
+}
+
 struct Dispatch<'e, C: Conduit> {
-    handlers: &'e mut [Option<Handler>],
+    clients: Clients<'e>,
     owner: &'e [u8; 256],
     layers: &'e mut [LayerSlot<C>],
     xchg: &'e mut Mailbox,
@@ -30,8 +45,6 @@ struct Dispatch<'e, C: Conduit> {
     busy: &'e mut u64,
     shared: &'e Shared,
     limits: &'e [Limits],
-    /// Where a handler's panic is kept.
-    panicked: &'e mut Option<Box<dyn std::any::Any + Send>>,
     me: EpAddr,
     /// This endpoint's segment (Long payloads land in it).
     seg: (NonNull<u8>, usize),
@@ -95,15 +108,18 @@ impl<C: Conduit> Deliver for Dispatch<'_, C> {
             owner: self.owner,
             limits: self.limits,
             min_handler,
+            // The one field a delivery writes for `deliver_client`: null here, the
+            // dispatcher's `Clients` for a layer's handler (below).
+            clients: None,
         };
         match own {
             OWN_CLIENT => {
-                let h = self.handlers[m.handler as usize]
+                let h = self.clients.handlers[m.handler as usize]
                     .as_mut()
                     .expect("the owner table says a client handler is here");
                 let r = catch_unwind(AssertUnwindSafe(|| h(&mut t, am())));
                 if let Err(p) = r {
-                    caught(self.panicked, p);
+                    caught(self.clients.panicked, p);
                 }
             }
             OWN_CORE => {
@@ -119,9 +135,13 @@ impl<C: Conduit> Deliver for Dispatch<'_, C> {
             l => {
                 let slot = &mut self.layers[l as usize];
                 let local = m.handler - slot.place.base;
+                // A layer's handler may run a client handler through its token
+                // (`Token::deliver_client`). The pointer is used only while this
+                // handler runs, during which nothing here touches `self.clients`.
+                t.clients = Some(NonNull::from(&mut self.clients).cast());
                 let r = catch_unwind(AssertUnwindSafe(|| slot.run_handle(local, &mut t, am())));
                 if let Err(p) = r {
-                    caught(self.panicked, p);
+                    caught(self.clients.panicked, p);
                 }
                 *self.busy |= 1 << l;
             }
@@ -135,7 +155,10 @@ impl<C: Conduit> Deliver for Dispatch<'_, C> {
 /// Keeps the first caught panic.
 #[cold]
 #[inline(never)]
-fn caught(slot: &mut Option<Box<dyn std::any::Any + Send>>, p: Box<dyn std::any::Any + Send>) {
+pub(crate) fn caught(
+    slot: &mut Option<Box<dyn std::any::Any + Send>>,
+    p: Box<dyn std::any::Any + Send>,
+) {
     if slot.is_none() {
         *slot = Some(p);
     }
@@ -147,7 +170,10 @@ impl<C: Conduit> Core<C> {
     pub(crate) fn poll_conduit(&mut self, layers: &mut [LayerSlot<C>]) -> usize {
         let seg = self.cep.local_segment();
         let mut d = Dispatch::<C> {
-            handlers: &mut self.handlers,
+            clients: Clients {
+                handlers: &mut self.handlers,
+                panicked: &mut self.panicked,
+            },
             owner: &self.owner,
             layers,
             xchg: &mut self.xchg,
@@ -155,7 +181,6 @@ impl<C: Conduit> Core<C> {
             busy: &mut self.busy,
             shared: &self.shared,
             limits: &self.limits,
-            panicked: &mut self.panicked,
             me: self.me,
             seg,
         };

@@ -60,7 +60,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "GEX_OVERLAP_SCHED",
         default: "auto",
-        doc: "gex-overlap: how scheduled puts (`SchedExt::sched_put`) travel: `auto` (per destination, from statistics), `plain` (each an NBI put), `train` (small puts coalesced, sent on the next poll) or `piggyback` (small puts wait for the next signal).",
+        doc: "gex-overlap: how scheduled puts (`SchedExt::sched_put`) travel: `auto` (per destination, from statistics), `plain` (each an NBI put), `train` (small puts coalesced, sent on the next poll) or `piggyback` (small puts wait for the next signal or `SchedExt::sched_request`).",
     },
     EnvVar {
         name: "GEX_OVERLAP_TRAIN",
@@ -353,6 +353,7 @@ impl Layer for Overlap {
             (
                 cx.handler(crate::sched::H_TRAIN),
                 cx.handler(crate::sched::H_ACK),
+                cx.handler(crate::sched::H_CARRY),
             ),
         );
         match cfg.get("GEX_OVERLAP_TRACE").map(str::trim) {
