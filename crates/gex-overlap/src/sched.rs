@@ -43,9 +43,11 @@
 //! with a Short reply to handler 1 unless the program's handler replied; then with a
 //! Short request to handler 1 from its progress hook. When the records and the
 //! program's message do not fit one message (the conduit's Medium, its argument
-//! count) the train leaves first as above, and the program's message follows once the
-//! train is acknowledged, to the program's handler; with no train waiting it goes
-//! there at once.
+//! count) the train leaves first as above, and the program's message follows at once,
+//! to the program's handler; with no train waiting it goes there at once. Nothing
+//! waits for an acknowledgement first: a conduit delivers one sender's messages in
+//! the order they were sent (the conduit contract, `gex_core::spi::Deliver`), so a
+//! train that left earlier is applied before a later request or signal runs.
 //!
 //! # Safety
 //! The unsafe blocks copy records into this endpoint's segment (an incoming train) or
@@ -173,8 +175,6 @@ struct Dest {
     /// Exponential average of the intervals that ended with a signal or a program's
     /// request (0..1).
     by_signal: f32,
-    /// Messages to this destination (trains, signals, carriers) not acknowledged yet.
-    unacked: u32,
 }
 
 impl Dest {
@@ -187,7 +187,6 @@ impl Dest {
             puts: 0,
             avg_puts: 2.0,
             by_signal: 0.0,
-            unacked: 0,
         }
     }
 
@@ -337,7 +336,6 @@ impl Sched {
         d.train.clear();
         d.recs = 0;
         d.hold = false;
-        d.unacked += 1;
         Ok(true)
     }
 
@@ -383,7 +381,6 @@ impl Sched {
         d.train.clear();
         d.recs = 0;
         d.hold = false;
-        d.unacked += 1;
         self.outstanding += 1;
         self.stats.trains += 1;
         self.stats.requests += 1;
@@ -486,12 +483,9 @@ impl Sched {
         }
     }
 
-    /// An acknowledgement from `src`.
-    fn on_ack(&mut self, src: EpAddr) {
+    /// An acknowledgement.
+    fn on_ack(&mut self) {
         self.outstanding = self.outstanding.saturating_sub(1);
-        if let Some(d) = self.dests.get_mut(&src) {
-            d.unacked = d.unacked.saturating_sub(1);
-        }
     }
 }
 
@@ -529,7 +523,7 @@ impl Overlap {
         match h {
             H_TRAIN => me.sched.on_train(t, am),
             H_CARRY => me.sched.on_carry(t, am),
-            _ => me.sched.on_ack(am.src()),
+            _ => me.sched.on_ack(),
         }
     }
 
@@ -605,13 +599,13 @@ pub trait SchedExt {
     /// `dst`'s handler runs, those puts are in place in its segment. The puts waiting
     /// in `dst`'s train ride the same message (the target applies them, then runs the
     /// handler); plain puts are completed first, and trains to `dst` that left
-    /// earlier are acknowledged first (gex promises no order between messages). The
-    /// handler runs as for [`Endpoint::request`](gex_core::Endpoint::request): its
+    /// earlier are applied before it (a conduit delivers one sender's messages in
+    /// order). The handler runs as for [`Endpoint::request`](gex_core::Endpoint::request): its
     /// token's source is this endpoint and it may reply. The body is copied before
     /// this returns. When the train and the body do not fit one message (the
     /// conduit's Medium, two arguments more than the program's), the train leaves
-    /// first and the request follows once it is acknowledged; with nothing waiting
-    /// the request goes as is.
+    /// first and the request follows it; with nothing waiting the request goes as
+    /// is.
     ///
     /// For the statistics of [`SchedMode::Auto`] a request ends an interval of `dst`
     /// as a signal does, and in [`SchedMode::Piggyback`] puts wait for the next signal
@@ -722,16 +716,6 @@ fn send_blocking<C: Conduit>(
 ) -> Result<(), OverlapError> {
     let mut spins = 0u32;
     while !with(ep, |l, cx| l.sched.send(cx, dst, sig))?? {
-        backoff(ep, &mut spins);
-    }
-    Ok(())
-}
-
-/// Polls until every message sent to `dst` (trains, signals, carriers) is
-/// acknowledged.
-fn wait_acked<C: Conduit>(ep: &mut gex_core::Endpoint<C>, dst: EpAddr) -> Result<(), OverlapError> {
-    let mut spins = 0u32;
-    while with(ep, |l, _| l.sched.dests.get(&dst).map_or(0, |d| d.unacked))? > 0 {
         backoff(ep, &mut spins);
     }
     Ok(())
@@ -886,8 +870,8 @@ impl<C: Conduit> SchedExt for gex_core::Endpoint<C> {
         if has_train && !fits {
             send_blocking(self, dst, None)?;
         }
-        // Trains that left earlier (and the one just sent) are in place first.
-        wait_acked(self, dst)?;
+        // Trains that left earlier (and the one just sent) are applied before the
+        // request runs: a conduit delivers one sender's messages in order.
         if has_train && fits {
             let mut spins = 0u32;
             while !with(self, |l, cx| l.sched.carry(cx, dst, handler, &body))?? {
