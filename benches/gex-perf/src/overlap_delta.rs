@@ -151,8 +151,13 @@ fn seed(rank: u32, round: u32) -> u64 {
 
 /// How the baseline waits: as gex-overlap's fault handler does (spin, then yield,
 /// then sleep 20 µs at a time), so that neither side leaves the other fewer cores
-/// when ranks outnumber them.
-fn backoff(spins: &mut u32) {
+/// when ranks outnumber them. Every look serves the endpoint first: over a network
+/// whose one-sided operations progress in software at the target (ofi
+/// `tcp;ofi_rxm`), the peer's put into this rank's region and its get of the
+/// acknowledgement complete only while this rank polls (without it the kernel hung
+/// there: the receiver looked at its own flag, the sender's put never completed).
+fn backoff<C: Conduit>(ep: &mut Endpoint<C>, spins: &mut u32) {
+    ep.poll();
     if *spins < 256 {
         std::hint::spin_loop();
     } else if *spins < 1024 {
@@ -175,7 +180,7 @@ fn bsend<C: Conduit>(ep: &mut Endpoint<C>, to: u32, k: usize, data: &[u8], seq: 
         if ack + 1 >= seq {
             break;
         }
-        backoff(&mut spins);
+        backoff(ep, &mut spins);
     }
     ep.put(region, data, Blocking)?;
     ep.put_val(GlobalPtr::<u64>::new(EpAddr::rank(to), ctl), seq, Blocking)?;
@@ -192,7 +197,7 @@ fn brecv<C: Conduit>(ep: &mut Endpoint<C>, k: usize, out: &mut [u8], seq: u64) -
         if flag >= seq {
             break;
         }
-        backoff(&mut spins);
+        backoff(ep, &mut spins);
     }
     ep.get(&mut out[..], region, Blocking)?;
     ep.put_val(GlobalPtr::<u64>::new(me, ctl + 8), seq, Blocking)?;
