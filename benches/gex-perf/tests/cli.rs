@@ -302,6 +302,46 @@ fn json_lines_over_ofi_carry_conduit_and_provider() {
     }
 }
 
+/// Over ofi `tcp;ofi_rxm` the delta kernel's blocking baseline completes (its waits
+/// serve the endpoint: the peer's put into the waiting rank progresses only while it
+/// polls; it hung in its first round before), and the delta variant then stops with
+/// a message naming the unmapped segment (delta send-recv needs mapped segments)
+/// instead of hanging. Killed and failed after two minutes.
+#[cfg(feature = "ofi")]
+#[test]
+fn overlap_delta_pair_over_ofi_ends_with_a_clear_error() {
+    let mut child = gex_perf()
+        .env("GEX_OFI_PROVIDER", "tcp")
+        .args([
+            "-n",
+            "2",
+            "--no-pin",
+            "--conduit",
+            "ofi",
+            "overlap",
+            "--kernel",
+            "pair",
+        ])
+        .args(["--size", "64K", "--rounds", "1", "--work", "16", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("gex-perf runs");
+    let t0 = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("gex-perf overlap --kernel pair over ofi still runs after 2 minutes");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().expect("output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("segment is not mapped"), "{err}");
+}
+
 /// `coll`: one `coll_<op>_lat` line per operation and size with the algorithm that ran;
 /// `--algorithm` forces it, and a name the operation does not have fails the job.
 #[cfg(feature = "smp")]
