@@ -41,6 +41,7 @@
 mod am;
 mod dispatch;
 mod exchange;
+mod forward;
 mod progress;
 mod segment;
 mod thread;
