@@ -120,17 +120,23 @@ fn job_mode() -> SchedMode {
     }
 }
 
-fn procs(mode: SchedMode) {
+/// Every scheduling mode.
+const MODES: [SchedMode; 4] = [
+    SchedMode::Auto,
+    SchedMode::Plain,
+    SchedMode::Train,
+    SchedMode::Piggyback,
+];
+
+/// One job of 3 processes in `mode`: every rank runs the job `job` makes for the mode
+/// that reaches it in [`MODE_VAR`].
+fn procs<J: Job>(mode: SchedMode, job: fn(SchedMode) -> J) {
     Procs::new(3)
         .timeout(std::time::Duration::from_secs(120))
         .env(MODE_VAR, mode_name(mode))
         .run(|boot| {
             let b = gex::builder().layer::<Overlap>().segment_size(1 << 16);
-            let job = Halo {
-                mode: job_mode(),
-                iters: 20,
-            };
-            gex::init_with_boot(b, boot, None, job).unwrap();
+            gex::init_with_boot(b, boot, None, job(job_mode())).unwrap();
         })
         .assert_success();
 }
@@ -138,26 +144,30 @@ fn procs(mode: SchedMode) {
 /// Every mode in turn, each a job of 3 processes.
 #[test]
 fn procs_halo_every_mode_3() {
-    for mode in [
-        SchedMode::Auto,
-        SchedMode::Plain,
-        SchedMode::Train,
-        SchedMode::Piggyback,
-    ] {
-        procs(mode);
+    for mode in MODES {
+        procs(mode, |mode| Halo { mode, iters: 20 });
+    }
+}
+
+/// One job of 3 thread ranks of this process per mode of `modes`, every rank running
+/// the job `job` makes for the mode.
+fn threads<J: Job<Output = ()>>(modes: &[SchedMode], job: fn(SchedMode) -> J) {
+    for &mode in modes {
+        gex::boot::threads::run(3, |boot| {
+            let b = gex::builder().layer::<Overlap>().segment_size(1 << 16);
+            gex::init_with_boot(b, Box::new(boot), None, job(mode))
+        })
+        .unwrap();
     }
 }
 
 /// Thread ranks of this process: every segment mapped, trains forced and automatic.
 #[test]
 fn threads_halo_3() {
-    for mode in [SchedMode::Auto, SchedMode::Train] {
-        gex::boot::threads::run(3, |boot| {
-            let b = gex::builder().layer::<Overlap>().segment_size(1 << 16);
-            gex::init_with_boot(b, Box::new(boot), None, Halo { mode, iters: 20 })
-        })
-        .unwrap();
-    }
+    threads(&[SchedMode::Auto, SchedMode::Train], |mode| Halo {
+        mode,
+        iters: 20,
+    });
 }
 
 /// The payload of a program request of iteration `it`, of `len` bytes.
@@ -293,44 +303,21 @@ impl Job for Carry {
     }
 }
 
-fn carry_procs(mode: SchedMode) {
-    Procs::new(3)
-        .timeout(std::time::Duration::from_secs(120))
-        .env(MODE_VAR, mode_name(mode))
-        .run(|boot| {
-            let b = gex::builder().layer::<Overlap>().segment_size(1 << 16);
-            let job = Carry {
-                mode: job_mode(),
-                iters: 16,
-            };
-            gex::init_with_boot(b, boot, None, job).unwrap();
-        })
-        .assert_success();
-}
-
 /// Program requests carrying the puts before them, every mode, 3 processes.
 #[test]
 fn procs_requests_carry_puts_every_mode_3() {
-    for mode in [
-        SchedMode::Auto,
-        SchedMode::Plain,
-        SchedMode::Train,
-        SchedMode::Piggyback,
-    ] {
-        carry_procs(mode);
+    for mode in MODES {
+        procs(mode, |mode| Carry { mode, iters: 16 });
     }
 }
 
 /// The same between thread ranks of this process.
 #[test]
 fn threads_requests_carry_puts_3() {
-    for mode in [SchedMode::Auto, SchedMode::Piggyback] {
-        gex::boot::threads::run(3, |boot| {
-            let b = gex::builder().layer::<Overlap>().segment_size(1 << 16);
-            gex::init_with_boot(b, Box::new(boot), None, Carry { mode, iters: 16 })
-        })
-        .unwrap();
-    }
+    threads(&[SchedMode::Auto, SchedMode::Piggyback], |mode| Carry {
+        mode,
+        iters: 16,
+    });
 }
 
 /// A client of one rank over loopback, with gex-rma and the overlap layer.
