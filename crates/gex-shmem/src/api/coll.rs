@@ -11,22 +11,31 @@ struct Buffers {
 }
 
 /// Runs a collective of `team` on bytes.
+///
+/// The team is lent by reference next to the endpoint (the state's fields borrowed
+/// apart), not cloned: a clone of its handle was two atomic read-modify-writes of a
+/// reference count on every call, a third of what `shmem_broadcastmem` of 8 bytes
+/// added to gex-coll's broadcast on 2 PEs (2026-12-01).
 fn coll_team<R>(
     name: &str,
     team: *mut c_void,
-    f: impl FnOnce(&mut state::State, &Team) -> Result<R, ShmemError>,
+    f: impl FnOnce(&mut gex_facade::OwnedEndpoint, &Team) -> Result<R, ShmemError>,
 ) -> Result<R, ShmemError> {
     let _ = name;
     with(|s| {
-        let t = s.team(team_index(team))?.team.clone();
-        f(s, &t)
+        let state::State { ep, teams, .. } = s;
+        let t = teams
+            .get(team_index(team))
+            .and_then(Option::as_ref)
+            .ok_or(ShmemError::BadTeam)?;
+        f(ep, &t.team)
     })
 }
 
 /// Broadcast of `n` bytes from team rank `root`'s `src` to every member's `dst`.
 unsafe fn broadcast_bytes(b: Buffers, n: usize, root: c_int) -> Result<c_int, ShmemError> {
     let Buffers { team, dst, src } = b;
-    coll_team("broadcast", team, |s, t| {
+    coll_team("broadcast", team, |ep, t| {
         let root = u32::try_from(root)
             .ok()
             .filter(|&r| r < t.size())
@@ -43,19 +52,23 @@ unsafe fn broadcast_bytes(b: Buffers, n: usize, root: c_int) -> Result<c_int, Sh
         // shared-memory path when it is in the symmetric heap): the root's holds the data.
         // SAFETY: the caller's destination.
         let d = unsafe { wr(dst, n) }?;
-        s.ep.collective(t, Broadcast::in_place(root, d), Blocking)?;
+        ep.collective(t, Broadcast::in_place(root, d), Blocking)?;
         Ok(0)
     })
 }
 
 /// Every member's `n` bytes, in team-rank order.
-fn gather_all(s: &mut state::State, t: &Team, mine: Vec<u8>) -> Result<Vec<u8>, ShmemError> {
-    Ok(s.ep.collective(t, GatherAll::new(mine), Blocking)?)
+fn gather_all(
+    ep: &mut gex_facade::OwnedEndpoint,
+    t: &Team,
+    mine: Vec<u8>,
+) -> Result<Vec<u8>, ShmemError> {
+    Ok(ep.collective(t, GatherAll::new(mine), Blocking)?)
 }
 
 unsafe fn fcollect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
     let Buffers { team, dst, src } = b;
-    coll_team("fcollect", team, |s, t| {
+    coll_team("fcollect", team, |ep, t| {
         let total = bytes(n, t.size() as usize)?;
         let (a, b) = (src as usize, dst as usize);
         if n > 0 && (a.saturating_add(n) <= b || b.saturating_add(total) <= a) {
@@ -63,12 +76,12 @@ unsafe fn fcollect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
             // SAFETY: the caller's source and destination of `n` times the team's size
             // bytes, which do not overlap (checked).
             let (src, dst) = unsafe { (rd(src, n)?, wr(dst, total)?) };
-            s.ep.collective(t, GatherAll::slices(src, dst), Blocking)?;
+            ep.collective(t, GatherAll::slices(src, dst), Blocking)?;
             return Ok(0);
         }
         // SAFETY: the caller's source.
         let mine = unsafe { rd(src, n) }?.to_vec();
-        let all = gather_all(s, t, mine)?;
+        let all = gather_all(ep, t, mine)?;
         // SAFETY: the caller's destination of `n` times the team's size.
         unsafe { wr(dst, all.len()) }?.copy_from_slice(&all);
         Ok(0)
@@ -77,8 +90,8 @@ unsafe fn fcollect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
 
 unsafe fn collect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
     let Buffers { team, dst, src } = b;
-    coll_team("collect", team, |s, t| {
-        let counts = gather_all(s, t, (n as u64).to_ne_bytes().to_vec())?;
+    coll_team("collect", team, |ep, t| {
+        let counts = gather_all(ep, t, (n as u64).to_ne_bytes().to_vec())?;
         let counts: Vec<usize> = counts
             .chunks_exact(8)
             .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()) as usize)
@@ -87,7 +100,7 @@ unsafe fn collect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
         // SAFETY: the caller's source.
         let mut mine = unsafe { rd(src, n) }?.to_vec();
         mine.resize(max, 0);
-        let all = gather_all(s, t, mine)?;
+        let all = gather_all(ep, t, mine)?;
         let total: usize = counts.iter().sum();
         // SAFETY: the caller's destination of the sum of the members' counts.
         let out = unsafe { wr(dst, total) }?;
@@ -109,7 +122,7 @@ unsafe fn alltoalls_bytes(
     size: usize,
 ) -> Result<c_int, ShmemError> {
     let Buffers { team, dst, src } = b;
-    coll_team("alltoall", team, |s, t| {
+    coll_team("alltoall", team, |ep, t| {
         let p = t.size() as usize;
         let mut packed = Vec::with_capacity(p * n * size);
         for j in 0..p * n {
@@ -117,7 +130,7 @@ unsafe fn alltoalls_bytes(
             // SAFETY: element `j` of the caller's strided source.
             packed.extend_from_slice(unsafe { rd(at as *const c_void, size) }?);
         }
-        let out: Vec<u8> = s.ep.collective(t, Exchange::new(packed), Blocking)?;
+        let out: Vec<u8> = ep.collective(t, Exchange::new(packed), Blocking)?;
         for j in 0..p * n {
             let at = strided_at(dst as isize, j as isize, dst_s, size);
             // SAFETY: element `j` of the caller's strided destination.
@@ -242,10 +255,10 @@ unsafe fn reduce<T: Elem>(
     f: impl Fn(T, T) -> T,
 ) -> Result<c_int, ShmemError> {
     let len = bytes(n, T::SIZE)?;
-    coll_team("reduce", team, |s, t| {
+    coll_team("reduce", team, |ep, t| {
         // SAFETY: the caller's source.
         let mine = unsafe { rd(src, len) }?.to_vec();
-        let all = gather_all(s, t, mine)?;
+        let all = gather_all(ep, t, mine)?;
         let mut out = all[..len].to_vec();
         for m in 1..t.size() as usize {
             let other = &all[m * len..(m + 1) * len];
@@ -279,10 +292,10 @@ pub unsafe extern "C" fn gexshmem_reduce_with(
     entry("reduce", || {
         let f = combine.ok_or_else(|| ShmemError::Invalid("NULL combine".into()))?;
         let len = bytes(nreduce, size)?;
-        coll_team("reduce", team, |s, t| {
+        coll_team("reduce", team, |ep, t| {
             // SAFETY: the caller's source.
             let mine = unsafe { rd(source, len) }?.to_vec();
-            let all = gather_all(s, t, mine)?;
+            let all = gather_all(ep, t, mine)?;
             let mut out = all[..len].to_vec();
             for m in 1..t.size() as usize {
                 // SAFETY: shmem.h's combine function reads `nreduce` elements of
@@ -313,7 +326,7 @@ unsafe fn reduce_coll<T: gex_facade::coll::Elem>(
     op: &ReduceOp<T>,
 ) -> Result<c_int, ShmemError> {
     let len = bytes(n, size_of::<T>())?;
-    coll_team("reduce", team, |s, t| {
+    coll_team("reduce", team, |ep, t| {
         if n == 0 {
             return Ok(0);
         }
@@ -326,7 +339,7 @@ unsafe fn reduce_coll<T: gex_facade::coll::Elem>(
             // SAFETY: the caller's `n` elements at `dst` (= `src`), aligned (checked);
             // every bit pattern is a `T` (`Elem: Pod`).
             let buf = unsafe { std::slice::from_raw_parts_mut(dst.cast::<T>(), n) };
-            s.ep.collective(t, Allreduce::in_place(buf, op), Blocking)?;
+            ep.collective(t, Allreduce::in_place(buf, op), Blocking)?;
         } else if aligned && (a.saturating_add(len) <= b || b.saturating_add(len) <= a) {
             // SAFETY: the caller's `n` elements at each, aligned and disjoint (checked).
             let (x, y) = unsafe {
@@ -335,7 +348,7 @@ unsafe fn reduce_coll<T: gex_facade::coll::Elem>(
                     std::slice::from_raw_parts_mut(dst.cast::<T>(), n),
                 )
             };
-            s.ep.collective(t, Allreduce::slices(x, y, op), Blocking)?;
+            ep.collective(t, Allreduce::slices(x, y, op), Blocking)?;
         } else {
             let mut buf = vec![T::zeroed(); n];
             // SAFETY: the caller's `len` readable bytes at `src`; `buf` is `len` bytes
@@ -343,7 +356,7 @@ unsafe fn reduce_coll<T: gex_facade::coll::Elem>(
             unsafe {
                 std::ptr::copy_nonoverlapping(src.cast::<u8>(), buf.as_mut_ptr().cast(), len)
             };
-            s.ep.collective(t, Allreduce::in_place(&mut buf, op), Blocking)?;
+            ep.collective(t, Allreduce::in_place(&mut buf, op), Blocking)?;
             // SAFETY: the caller's `len` writable bytes at `dst`.
             unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().cast::<u8>(), dst.cast(), len) };
         }
