@@ -647,6 +647,22 @@ impl<'a, C: Conduit> Cx<'a, C> {
             false,
         )
     }
+    /// Checks a request of the program's (to a client handler) as
+    /// [`Endpoint::request`](crate::Endpoint::request) would, without sending it: for
+    /// a layer that carries the program's message inside its own and must refuse a
+    /// bad one with the program's own error before it builds the carrier.
+    ///
+    /// # Errors
+    /// As [`Endpoint::request`](crate::Endpoint::request) but
+    /// [`AmError::Conduit`]; nothing is sent either way.
+    pub fn check_client_request(
+        &self,
+        dst: EpAddr,
+        h: HandlerId,
+        body: &crate::Body<'_>,
+    ) -> Result<(), AmError> {
+        self.core.check_client_request(dst, h.index(), body)
+    }
     /// This endpoint's segment.
     pub fn segment(&self) -> Segment<'_> {
         self.core.segment()

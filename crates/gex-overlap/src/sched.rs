@@ -64,9 +64,7 @@ use std::pin::Pin;
 
 use gex_core::layer::{Cx, Progress};
 use gex_core::spi::Conduit;
-use gex_core::{
-    Am, AmError, Body, Category, EpAddr, FIRST_CLIENT_HANDLER, HandlerId, Injected, Nbi, Token,
-};
+use gex_core::{Am, Body, Category, EpAddr, HandlerId, Injected, Nbi, Token};
 use gex_rma::{GlobalPtr, NbiCategories, RmaExt};
 
 use crate::error::OverlapError;
@@ -639,10 +637,11 @@ pub trait SchedExt {
     /// ```
     ///
     /// # Errors
-    /// [`OverlapError::LongRequest`] (a Long body), [`OverlapError::Am`] with
-    /// [`AmError::ReservedHandler`], [`AmError::UnregisteredHandler`] (not a handler
-    /// the program registered), [`AmError::TooManyArgs`], [`AmError::PayloadTooLarge`],
-    /// [`AmError::BadRank`] (nothing is sent), or what the sending of a train or the
+    /// [`OverlapError::LongRequest`] (a Long body), [`OverlapError::Am`] with the
+    /// error [`Endpoint::request`](gex_core::Endpoint::request) gives a bad request
+    /// (`ReservedHandler`, `UnregisteredHandler`: not a handler the program
+    /// registered, `TooManyArgs`, `PayloadTooLarge`, `BadRank`, `BadEndpoint`;
+    /// nothing is sent), or what the sending of a train or the
     /// request met; [`OverlapError::NotAttached`], [`OverlapError::Rma`] (completing
     /// plain puts first).
     fn sched_request(
@@ -816,38 +815,14 @@ impl<C: Conduit> SchedExt for gex_core::Endpoint<C> {
         if body.category() == Category::Long {
             return Err(OverlapError::LongRequest);
         }
-        let h = handler.index();
-        if h < FIRST_CLIENT_HANDLER {
-            return Err(OverlapError::Am(AmError::ReservedHandler(h)));
-        }
-        if !self.is_registered(h) {
-            return Err(OverlapError::Am(AmError::UnregisteredHandler(h)));
-        }
         // (a train waits, it fits one message with the body, plain puts are out)
         type Plan = (bool, bool, bool);
         let (has_train, fits, plain_out) = with(self, |l, cx| -> Result<Plan, OverlapError> {
-            let size = cx.size();
-            if dst.rank >= size {
-                return Err(OverlapError::Am(AmError::BadRank {
-                    rank: dst.rank,
-                    size,
-                }));
-            }
+            // The program's own request, checked as the core checks it.
+            cx.check_client_request(dst, handler, &body)
+                .map_err(OverlapError::Am)?;
             let (nargs, len) = (body.args().len(), body.payload().len());
-            let max_args = cx.max_args();
-            if nargs > max_args {
-                return Err(OverlapError::Am(AmError::TooManyArgs {
-                    given: nargs,
-                    max: max_args,
-                }));
-            }
-            let max_medium = cx.max_medium(dst);
-            if len > max_medium {
-                return Err(OverlapError::Am(AmError::PayloadTooLarge {
-                    len,
-                    max: max_medium,
-                }));
-            }
+            let (max_args, max_medium) = (cx.max_args(), cx.max_medium(dst));
             let (has_train, fits) = match l.sched.dests.get_mut(&dst) {
                 Some(d) => {
                     d.end_interval(true);

@@ -539,6 +539,24 @@ impl<C: Conduit> Core<C> {
         Ok(HandlerId::new(index))
     }
 
+    /// Every check of a program's request (to a client handler), nothing sent.
+    pub(crate) fn check_client_request(
+        &self,
+        dst: EpAddr,
+        handler: HandlerIndex,
+        body: &Body<'_>,
+    ) -> Result<(), AmError> {
+        check_request(
+            &self.shared,
+            &self.owner,
+            &self.limits,
+            FIRST_CLIENT_HANDLER,
+            dst,
+            handler,
+            body,
+        )
+    }
+
     /// Validates a request and builds its message: the one check of every request
     /// (the program's, a layer's and the owned-payload form's), `min_handler` telling
     /// which handlers the caller may address.
