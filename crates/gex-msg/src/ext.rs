@@ -117,7 +117,7 @@ fn post<C: Conduit>(
     }
     let (ev, done) = cx.pending::<Received, MsgError>(None, finish_recv);
     if let Some((recv, env, a)) = m.matcher.post(pat, PostedRecv { buf, cap, done }) {
-        m.deliver_owned(env, a, recv);
+        m.deliver_posted(env, a, recv);
         m.pump(cx);
         cx.set_busy();
     }

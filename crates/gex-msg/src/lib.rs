@@ -143,6 +143,7 @@ mod landing;
 mod layer;
 pub mod near;
 mod pair;
+mod stage;
 
 pub use error::MsgError;
 pub use ext::{Comm, MsgExt, PersistentRecv, PersistentSend, Received, TAG_MAX};

@@ -119,6 +119,30 @@ fn eager_and_rendezvous_every_call(ep, w, eager_max = "256") {
 }
 
 #[test]
+fn an_irecv_leaves_a_rendezvous_read_to_the_next_progress(ep, w, eager_max = "256") {
+    // The request to send is here before the receive is posted: the receive
+    // matches it at once but moves no byte inside `irecv` (so that what the
+    // program does next, typically its own send, is not held back); the next
+    // progress of the endpoint delivers it. Every size and content arrives
+    // whole, also when one send's copy is reused by the next (module `stage`).
+    for round in 0..4u8 {
+        for n in [257usize, 5000, 200_000] {
+            let data = bytes(n, round);
+            let sent = ep.isend(w, 0, 3, &data).unwrap();
+            for _ in 0..4 {
+                ep.poll();
+            }
+            let ev = ep.irecv(w, Some(0), Some(3), vec![0; n]).unwrap();
+            assert!(!ev.is_done(), "{n}: delivered inside irecv");
+            let got = ep.wait(ev).unwrap();
+            ep.wait(sent).unwrap();
+            assert_eq!((got.data.len(), got.status.tag), (n, 3));
+            assert!(got.data == data, "{n}, round {round}: wrong bytes");
+        }
+    }
+}
+
+#[test]
 fn non_overtaking_and_wildcards(ep, w, eager_max = "64") {
     // Mixed eager and rendezvous messages of one (source, tag) arrive in order.
     let sizes = [10usize, 1000, 3, 70_000, 64, 65, 0];

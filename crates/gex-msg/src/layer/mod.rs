@@ -429,6 +429,12 @@ pub struct Msg {
     recvs: Slab<RecvOp>,
     /// Rendezvous sends cleared to stream, in the order their CTS came.
     streaming: VecDeque<u32>,
+    /// Rendezvous messages matched when their receive was posted (`irecv`), read
+    /// by the next progress of the endpoint rather than inside the `irecv` call: see
+    /// [`Msg::defer`].
+    deferred: VecDeque<(Envelope, Arrival, PostedRecv)>,
+    /// Rendezvous sends' copies kept for reuse (module `stage`).
+    stage: crate::stage::Stage,
     pub(crate) stats: MsgStats,
     /// A waiting blocking receive's slice (module `landing`).
     pub(crate) landing: Option<crate::landing::Landing>,
@@ -528,6 +534,8 @@ impl Layer for Msg {
             sends: Slab::default(),
             recvs: Slab::default(),
             streaming: VecDeque::new(),
+            deferred: VecDeque::new(),
+            stage: crate::stage::Stage::default(),
             stats: MsgStats::default(),
             near: NearPath::attach(cx, near_send),
             my_loan,
@@ -631,8 +639,8 @@ impl Layer for Msg {
                     Some(SendOp::Rndv {
                         dst, rreq: None, ..
                     }) if *dst == src => {
-                        if let Some(SendOp::Rndv { done: Some(d), .. }) = m.sends.remove(sreq) {
-                            d.ok();
+                        if let Some(op) = m.sends.remove(sreq) {
+                            m.end_send(op);
                         }
                     }
                     _ => m.stats.dropped += 1,
@@ -665,6 +673,7 @@ impl Layer for Msg {
         if near {
             m.near_drain(None);
         }
+        m.run_deferred();
         let p = m.pump(cx);
         if near && (m.matcher.posted_len() > 0 || m.reorder.held() > 0) {
             return match p {
@@ -682,6 +691,7 @@ impl Layer for Msg {
         }
         if self.matcher.posted_len() + self.matcher.unexpected_len() + self.sends.len() > 0
             || !self.outbox.is_empty()
+            || !self.deferred.is_empty()
             || self.recvs.len() > 0
         {
             if !s.is_empty() {
@@ -754,6 +764,7 @@ impl Msg {
             && self.sends.len() == 0
             && self.recvs.len() == 0
             && self.outbox.is_empty()
+            && self.deferred.is_empty()
             && self.reorder.held() == 0
             && !self.near.ready(None)
     }

@@ -196,7 +196,7 @@ impl Msg {
                 done.ok();
                 None
             };
-            let data: Arc<[u8]> = Arc::from(data);
+            let data: Arc<[u8]> = self.stage.copy_of(data);
             // A single-copy offer (module `direct`): a registry id for a thread rank of
             // this process, the buffer's address for a process of this host.
             let (flags, key, lent) = match self.place[dst as usize] {
@@ -517,8 +517,29 @@ impl Msg {
                 }
             }
             self.streaming.pop_front();
-            drop(self.sends.remove(sreq));
+            if let Some(op) = self.sends.remove(sreq) {
+                self.end_send(op);
+            }
         }
         Progress::Idle
+    }
+
+    /// Ends a send taken out of `sends` whose bytes are no longer needed (read by
+    /// the receiver, or every chunk injected): completes it if it was waiting, and
+    /// keeps its copy for a later send (module `stage`).
+    pub(super) fn end_send(&mut self, op: SendOp) {
+        if let SendOp::Rndv {
+            data, done, _lent, ..
+        } = op
+        {
+            // The registry's entry first, so that the copy is ours alone.
+            drop(_lent);
+            if let Some(d) = done {
+                d.ok();
+            }
+            if let Some(b) = data {
+                self.stage.keep(b);
+            }
+        }
     }
 }
