@@ -385,7 +385,7 @@ fn start<'a, C: Conduit>(
         if !sync && m.try_near(cx, dst, tag, comm.id(), data) {
             return Ok(Started::Done);
         }
-        if !sync && m.try_eager_now(cx, dst, tag, comm.id(), data)? {
+        if !sync && m.try_eager_now(cx, !lend, dst, tag, comm.id(), data)? {
             return Ok(Started::Done);
         }
         if lend && !sync {

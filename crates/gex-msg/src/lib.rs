@@ -31,6 +31,11 @@
 //!   copied from the network's buffer straight into it; otherwise its bytes are copied
 //!   into the **unexpected queue** (the one allocation of the receive path) until a
 //!   receive takes them.
+//! - **Nonblocking eager** (an `isend` of up to `GEX_MSG_NB_EAGER_MAX` bytes, default
+//!   64 KiB, to another process of the same host): eager as above if the conduit
+//!   takes the message at once, the rendezvous otherwise. Such a send copies the
+//!   caller's bytes anyway; two copies through the ring cost less than the
+//!   rendezvous's copy plus a CMA read by the receiver.
 //! - **Rendezvous** (larger messages): the sender copies the bytes into a buffer of
 //!   the layer and sends a request to send (RTS, a Short AM with size and tag); when a
 //!   receive matches it, the receiver answers clear-to-send (CTS) naming its receive,
@@ -128,8 +133,8 @@
 //!   [`MsgError::Truncated`], the message is consumed.
 //!
 //! ## Settings
-//! [`ENV_VARS`]: `GEX_MSG_EAGER_MAX`, `GEX_MSG_SINGLE_COPY`, `GEX_MSG_LEND_WAIT`,
-//! `GEX_MSG_NEAR`.
+//! [`ENV_VARS`]: `GEX_MSG_EAGER_MAX`, `GEX_MSG_NB_EAGER_MAX`, `GEX_MSG_SINGLE_COPY`,
+//! `GEX_MSG_LEND_WAIT`, `GEX_MSG_NEAR`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -159,6 +164,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "GEX_MSG_EAGER_MAX",
         default: "8192",
         doc: "gex-msg: largest message (bytes) sent eagerly in one Medium AM (also bounded by the conduit's Medium limit toward the peer); larger messages use the rendezvous protocol (request to send, then a single copy by the receiver or chunks).",
+    },
+    EnvVar {
+        name: "GEX_MSG_NB_EAGER_MAX",
+        default: "65536",
+        doc: "gex-msg: largest message (bytes) a nonblocking standard send (isend, a started persistent send) to another process of the same host sends eagerly when the conduit takes it at once (otherwise it goes by rendezvous); a value at or below GEX_MSG_EAGER_MAX changes nothing. Such sends must copy the caller's bytes anyway, and two copies through the AM ring cost less than the rendezvous's copy plus the receiver's CMA read.",
     },
     EnvVar {
         name: "GEX_MSG_SINGLE_COPY",

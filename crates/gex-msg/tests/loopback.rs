@@ -257,6 +257,12 @@ fn misuse_errors(ep, w, eager_max = "8192") {
     // A bad value of the setting fails the endpoint.
     let bad = client("lots");
     assert!(matches!(bad.endpoint(0), Err(gex_core::EpError::Layer(_))));
+    let bad = ClientBuilder::new()
+        .layer::<Msg>()
+        .config(Config::from_pairs([("GEX_MSG_NB_EAGER_MAX", "lots")]))
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    assert!(matches!(bad.endpoint(0), Err(gex_core::EpError::Layer(_))));
     // No layer.
     let plain = ClientBuilder::new()
         .init::<Loopback>(Box::new(Singleton::new()))

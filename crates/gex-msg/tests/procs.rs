@@ -206,3 +206,97 @@ fn procs_cooperative_copy_2() {
         })
         .assert_success();
 }
+
+/// Nonblocking standard sends to another process of the host (`GEX_MSG_NB_EAGER_MAX`,
+/// default 64 KiB): eager up to the limit when the ring takes the message at once,
+/// by rendezvous above it or when the ring is full; order and bytes kept across the
+/// two paths.
+struct NbEager;
+
+impl Job for NbEager {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut ep = client.endpoint(0).unwrap();
+        let me = ep.addr().rank;
+        let w = Comm::WORLD;
+        // 1. Receives posted first, the ring empty: 9000 and 65536 bytes go eager
+        //    (above GEX_MSG_EAGER_MAX, at most GEX_MSG_NB_EAGER_MAX), 65537 by
+        //    rendezvous.
+        let sizes = [9000usize, 65536, 65537];
+        let posted: Vec<_> = if me == 1 {
+            sizes
+                .iter()
+                .map(|&n| ep.irecv(w, Some(0), Some(1), vec![0; n]).unwrap())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        if me == 0 {
+            let before = common::stats(&mut ep);
+            let sends: Vec<_> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| ep.isend(w, 1, 1, &pattern(n, i, 0)).unwrap())
+                .collect();
+            for s in sends {
+                ep.wait(s).unwrap();
+            }
+            let after = common::stats(&mut ep);
+            assert_eq!(after.eager_sent - before.eager_sent, 2, "{after:?}");
+            assert_eq!(after.rndv_sent - before.rndv_sent, 1, "{after:?}");
+        } else {
+            for (i, ev) in posted.into_iter().enumerate() {
+                let got = ep.wait(ev).unwrap();
+                assert!(got.data == pattern(sizes[i], i, 0), "message {i}");
+            }
+        }
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        // 2. A flood while the receiver does not poll (it sleeps): the ring fills,
+        //    later sends go by rendezvous; the receiver takes them all afterwards,
+        //    in order. (A receiver that polls drains the ring into its unexpected
+        //    queue: eager messages cost it memory, as in MPI.)
+        const FLOOD: usize = 40;
+        let n = 65536;
+        if me == 0 {
+            let before = common::stats(&mut ep);
+            let sends: Vec<_> = (0..FLOOD)
+                .map(|i| ep.isend(w, 1, 2, &pattern(n, 100 + i, 0)).unwrap())
+                .collect();
+            let after = common::stats(&mut ep);
+            assert!(after.eager_sent > before.eager_sent, "{after:?}");
+            assert!(after.rndv_sent > before.rndv_sent, "{after:?}");
+            gex_testkit::exchange_barrier(&mut ep).unwrap();
+            for s in sends {
+                ep.wait(s).unwrap();
+            }
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            gex_testkit::exchange_barrier(&mut ep).unwrap();
+            let mut buf = vec![0u8; n];
+            for i in 0..FLOOD {
+                let st = ep.recv(w, Some(0), Some(2), &mut buf).unwrap();
+                assert_eq!(st.len, n);
+                assert!(
+                    buf == pattern(n, 100 + i, 0),
+                    "flood message {i} out of order or wrong"
+                );
+            }
+        }
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        common::settle(&mut ep);
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
+
+#[test]
+fn procs_nonblocking_sends_eager_up_to_the_limit_2() {
+    Procs::new(2)
+        .timeout(std::time::Duration::from_secs(300))
+        .run(|boot| {
+            let b = ClientBuilder::new().layer::<Msg>();
+            gex::init_with_boot(b, boot, None, NbEager).unwrap();
+        })
+        .assert_success();
+}

@@ -32,6 +32,9 @@ fn builder(eager: usize, single_copy: bool) -> ClientBuilder<((), Msg)> {
         .layer::<Msg>()
         .config(Config::from_pairs([
             ("GEX_MSG_EAGER_MAX", eager.to_string()),
+            // Nonblocking sends between processes keep the same threshold, so
+            // that the rendezvous paths these tests count are taken.
+            ("GEX_MSG_NB_EAGER_MAX", eager.to_string()),
             ("GEX_MSG_SINGLE_COPY", u8::from(single_copy).to_string()),
         ]))
 }

@@ -143,6 +143,9 @@ impl Drop for CoopGuard<'_> {
 /// Default of `GEX_MSG_EAGER_MAX`.
 pub(crate) const DEFAULT_EAGER_MAX: usize = 8192;
 
+/// Default of `GEX_MSG_NB_EAGER_MAX` (the smp conduit's Medium limit).
+pub(crate) const DEFAULT_NB_EAGER_MAX: usize = 65536;
+
 /// A plain slab: ids are indices, free slots are reused.
 #[derive(Debug)]
 pub(crate) struct Slab<T> {
@@ -404,6 +407,8 @@ pub struct Msg {
     pub(crate) me: EpAddr,
     size: u32,
     eager_max: usize,
+    /// `GEX_MSG_NB_EAGER_MAX`.
+    nb_eager_max: usize,
     /// `GEX_MSG_LEND_WAIT` in nanoseconds.
     lend_wait_ns: u64,
     /// Where each rank is (`Place::Far` for every rank if `GEX_MSG_SINGLE_COPY=0`).
@@ -445,6 +450,11 @@ fn eager_max(cfg: &gex_core::Config) -> Result<usize, InitError> {
     cfg.size("GEX_MSG_EAGER_MAX", DEFAULT_EAGER_MAX)
 }
 
+/// Reads `GEX_MSG_NB_EAGER_MAX`.
+fn nb_eager_max(cfg: &gex_core::Config) -> Result<usize, InitError> {
+    cfg.size("GEX_MSG_NB_EAGER_MAX", DEFAULT_NB_EAGER_MAX)
+}
+
 impl Drop for Msg {
     /// An endpoint dropped with rendezvous sends offered by address (CMA) still in
     /// flight leaks their buffers: a receiver in another process may be reading them
@@ -475,6 +485,7 @@ impl Layer for Msg {
 
     fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
         let eager_max = eager_max(cx.config())?;
+        let nb_eager_max = nb_eager_max(cx.config())?;
         let lend_wait_ns = cx
             .config()
             .u64("GEX_MSG_LEND_WAIT", 20)?
@@ -524,6 +535,7 @@ impl Layer for Msg {
             me,
             size,
             eager_max,
+            nb_eager_max,
             lend_wait_ns,
             place,
             cma,

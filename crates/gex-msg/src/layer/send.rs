@@ -91,19 +91,31 @@ impl Msg {
         });
     }
 
+    /// The largest message a standard send to `dst` takes eagerly: `GEX_MSG_EAGER_MAX`;
+    /// for a nonblocking one (`nb`) to another process of this host,
+    /// `GEX_MSG_NB_EAGER_MAX` if larger. Never above the conduit's Medium limit.
+    pub(crate) fn eager_limit<C: Conduit>(&self, cx: &Cx<'_, C>, dst: u32, nb: bool) -> usize {
+        let e = match self.place.get(dst as usize) {
+            Some(Place::Host(_)) if nb => self.eager_max.max(self.nb_eager_max),
+            _ => self.eager_max,
+        };
+        e.min(cx.max_medium(self.peer(dst)))
+    }
+
     /// The fast path of a standard send: if `data` goes eagerly, nothing is queued
     /// before it and the conduit takes the message now, sends it and returns `true`
     /// (the send is complete). `false`: nothing sent, take [`start_send`](Self::start_send).
     pub(crate) fn try_eager_now<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
+        nb: bool,
         dst: u32,
         tag: u32,
         ctx: u32,
         data: &[u8],
     ) -> Result<bool, MsgError> {
         let to = self.peer(dst);
-        if !self.outbox.is_empty() || data.len() > self.eager_max.min(cx.max_medium(to)) {
+        if !self.outbox.is_empty() || data.len() > self.eager_limit(cx, dst, nb) {
             return Ok(false);
         }
         let seq = self.send_seq[dst as usize];
