@@ -133,12 +133,12 @@ impl Msg {
                         return;
                     }
                     Some(Source::Cma { pid, addr }) => {
-                        buf.resize(len, 0);
-                        if gex_sync::cma::cma_read(pid, addr, &mut buf).is_ok() {
+                        if gex_sync::cma::cma_read_append(pid, addr, len, &mut buf).is_ok() {
                             self.read_done(dst, sreq);
                             complete_recv(buf, env, done);
                             return;
                         }
+                        buf.resize(len, 0);
                         self.note_fallback();
                     }
                     Some(Source::Coop {
