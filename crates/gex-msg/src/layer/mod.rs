@@ -436,7 +436,7 @@ pub struct Msg {
     streaming: VecDeque<u32>,
     /// Rendezvous messages matched when their receive was posted (`irecv`), read
     /// by the next progress of the endpoint rather than inside the `irecv` call: see
-    /// [`Msg::defer`].
+    /// `Msg::deliver_posted`.
     deferred: VecDeque<(Envelope, Arrival, PostedRecv)>,
     /// Rendezvous sends' copies kept for reuse (module `stage`).
     stage: crate::stage::Stage,

@@ -331,7 +331,7 @@ impl Msg {
 
     /// Delivers a message matched by a receive being posted (`irecv`): an eager one
     /// now (a copy of at most the eager limit), a rendezvous one at the endpoint's
-    /// next progress (its read, or its clear to send, is queued: true).
+    /// next progress (its read, or its clear to send, is queued).
     ///
     /// Why: a single-copy read takes as long as a copy of the whole message (a
     /// 64 KiB `process_vm_readv` about 6 µs). Done inside `irecv`, it holds back
@@ -342,13 +342,11 @@ impl Msg {
     /// Matching is not deferred, so the order in which messages match receives is
     /// unchanged; only the receive's completion comes later (MPI allows any order
     /// of completion).
-    pub(crate) fn deliver_posted(&mut self, env: Envelope, a: Arrival, recv: PostedRecv) -> bool {
+    pub(crate) fn deliver_posted(&mut self, env: Envelope, a: Arrival, recv: PostedRecv) {
         if matches!(a, Arrival::Rts { .. }) {
             self.deferred.push_back((env, a, recv));
-            true
         } else {
             self.deliver_owned(env, a, recv);
-            false
         }
     }
 
