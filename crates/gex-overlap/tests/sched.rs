@@ -33,6 +33,19 @@ fn byte(rank: u32, it: u64, k: usize) -> u8 {
     (rank as u8).wrapping_mul(31) ^ (it as u8).wrapping_mul(7) ^ k as u8
 }
 
+/// A ring job's start: endpoint 0 scheduling in `mode`, the world team, and this
+/// rank with its left and right neighbours.
+fn ring_start<C: Conduit>(
+    client: &Client<C>,
+    mode: SchedMode,
+) -> (gex_core::OwnedEndpoint<C>, gex_core::Team, [u32; 3]) {
+    let mut ep = client.endpoint(0).unwrap();
+    ep.set_sched(mode).unwrap();
+    let w = ep.world().clone();
+    let (me, n) = (w.rank(), w.size());
+    (ep, w, [me, (me + n - 1) % n, (me + 1) % n])
+}
+
 struct Halo {
     mode: SchedMode,
     iters: u64,
@@ -41,11 +54,7 @@ struct Halo {
 impl Job for Halo {
     type Output = ();
     fn run<C: Conduit>(self, client: Client<C>) {
-        let mut ep = client.endpoint(0).unwrap();
-        ep.set_sched(self.mode).unwrap();
-        let w = ep.world().clone();
-        let (me, n) = (w.rank(), w.size());
-        let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+        let (mut ep, w, [me, left, right]) = ring_start(&client, self.mode);
         for it in 1..=self.iters {
             // I am my right neighbour's left one, and my left neighbour's right one.
             for (peer, region, sig) in [(right, FROM_LEFT, 0), (left, FROM_RIGHT, 8)] {
@@ -202,11 +211,7 @@ struct Seen {
 impl Job for Carry {
     type Output = ();
     fn run<C: Conduit>(self, client: Client<C>) {
-        let mut ep = client.endpoint(0).unwrap();
-        ep.set_sched(self.mode).unwrap();
-        let w = ep.world().clone();
-        let (me, n) = (w.rank(), w.size());
-        let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+        let (mut ep, w, [me, left, right]) = ring_start(&client, self.mode);
         let seen = Arc::new(Seen::default());
         let (sn, base) = (seen.clone(), ep.segment().as_ptr() as usize);
         // Same order on every rank: the same handler indices.
