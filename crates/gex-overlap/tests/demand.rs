@@ -356,6 +356,79 @@ fn fork_after_use() {
     );
 }
 
+/// `GEX_OVERLAP_MOVER_CPUS`: by default (`inherit`) the mover shares the core its rank
+/// pinned itself to after making the endpoint; `beside` runs it on the CPUs that
+/// thread could use when the layer attached, less that core; a list places it. In
+/// children, so that the only mover of the process is this test's.
+#[test]
+fn the_mover_cpus_setting_places_the_mover_thread() {
+    use rustix::thread::{CpuSet, Pid, sched_getaffinity, sched_setaffinity};
+    let name = "the_mover_cpus_setting_places_the_mover_thread";
+    let Ok(mode) = std::env::var("MOVER_MODE") else {
+        let cpus: Vec<usize> = {
+            let m = sched_getaffinity(None).unwrap();
+            (0..CpuSet::MAX_CPU).filter(|&c| m.is_set(c)).collect()
+        };
+        let list = cpus.last().unwrap().to_string();
+        for mode in ["", "inherit", "beside", list.as_str()] {
+            let out = Command::new(std::env::current_exe().unwrap())
+                .args([name, "--exact", "--nocapture", "--test-threads=1"])
+                .env("MOVER_MODE", mode)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "mode {mode}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        return;
+    };
+    let mut cfg = gex_core::config::Config::default();
+    cfg.set("GEX_OVERLAP_MOVER_CPUS", &mode);
+    let client = common::loopback_client(cfg, SEG);
+    let mut ep = client.endpoint(0).unwrap();
+    let at_attach = sched_getaffinity(None).unwrap();
+    let cpus: Vec<usize> = (0..CpuSet::MAX_CPU)
+        .filter(|&c| at_attach.is_set(c))
+        .collect();
+    // The rank pins itself to its first CPU after making the endpoint (as gex-perf
+    // and many runtimes do), then starts its first transfer, which starts the mover.
+    let mut pin = CpuSet::new();
+    pin.set(cpus[0]);
+    sched_setaffinity(None, &pin).unwrap();
+    let buf = demand_get(&mut ep, &(0..1 << 20).map(pattern).collect::<Vec<u8>>());
+    ep.retire_all().unwrap();
+    assert!(buf.iter().enumerate().all(|(i, &b)| b == pattern(i)));
+    let movers: Vec<i32> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| {
+            let t = t.unwrap().path();
+            let comm = std::fs::read_to_string(t.join("comm")).ok()?;
+            (comm.trim() == "gex-overlap-mov")
+                .then(|| t.file_name().unwrap().to_str().unwrap().parse().unwrap())
+        })
+        .collect();
+    assert_eq!(movers.len(), 1, "one mover thread: {movers:?}");
+    let m = sched_getaffinity(Pid::from_raw(movers[0])).unwrap();
+    let on: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&c| m.is_set(c)).collect();
+    let want = match mode.as_str() {
+        "" | "inherit" => vec![cpus[0]],
+        // The CPUs of attach less the pin, or all of them when the pin was the only one.
+        "beside" if cpus.len() > 1 => cpus[1..].to_vec(),
+        "beside" => cpus.clone(),
+        list => vec![list.parse().unwrap()],
+    };
+    assert_eq!(
+        on, want,
+        "mode {mode}: the mover's CPUs (the thread could use {cpus:?})"
+    );
+    if cpus.len() == 1 {
+        eprintln!("one CPU only: beside and inherit cannot differ here");
+    }
+}
+
 #[test]
 fn syscall_after_wait_range_gets_the_bytes() {
     let client = client();
@@ -383,6 +456,9 @@ fn bad_settings_fail_the_endpoint() {
         ("GEX_OVERLAP_SCHED", "fast"),
         ("GEX_OVERLAP_TRAIN", "lots"),
         ("GEX_OVERLAP_TRAIN_PUT", "-1"),
+        ("GEX_OVERLAP_MOVER_CPUS", "any"),
+        ("GEX_OVERLAP_MOVER_CPUS", "3-1"),
+        ("GEX_OVERLAP_MOVER_CPUS", "100000"),
     ]);
 }
 

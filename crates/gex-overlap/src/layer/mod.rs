@@ -23,6 +23,7 @@ use crate::sched::{SchedExt, SchedMode};
 use crate::sys::{self, Prot};
 use crate::table::{self, PENDING, RangeError};
 
+mod cpus;
 mod demand;
 mod ext;
 mod worker;
@@ -73,6 +74,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "gex-overlap: the largest scheduled put that rides a train; larger ones are sent at once.",
     },
     EnvVar {
+        name: "GEX_OVERLAP_MOVER_CPUS",
+        default: "inherit",
+        doc: "gex-overlap: the CPUs the mover thread runs on: `inherit` (those of the thread that starts the endpoint's first transfer, often one core its rank pinned itself to), `beside` (those the endpoint's thread could use when the layer attached, less the starting thread's if any remain) or a list such as `0-3,6` (each a CPU the process may run on).",
+    },
+    EnvVar {
         name: "GEX_OVERLAP_TRACE",
         default: "0",
         doc: "gex-overlap: `1` records every page fault the handler waited for (page address, nanoseconds waited; `overlap_trace()`), `0` records nothing.",
@@ -98,6 +104,8 @@ pub struct Overlap {
     /// buffer, the buffer's count of waited faults at issue, its strips.
     watch: Option<(std::sync::Weak<Shared>, u64, usize)>,
     mover: Option<Mover>,
+    /// Where the mover runs (`GEX_OVERLAP_MOVER_CPUS`, read at attach).
+    mover_cpus: cpus::MoverCpus,
     pub(crate) inflight: Arc<AtomicUsize>,
     /// Delta transfers: the delta size (`GEX_OVERLAP_DELTA`; `None`: the model's).
     pub(crate) delta: Option<usize>,
@@ -209,9 +217,13 @@ impl Overlap {
         if self.mover.is_none() {
             let (tx, rx) = channel::<Task>();
             let inflight = self.inflight.clone();
+            let place = self.mover_cpus.for_spawn();
             let thread = std::thread::Builder::new()
                 .name("gex-overlap-mover".into())
-                .spawn(move || mover(rx, inflight))
+                .spawn(move || {
+                    place.apply();
+                    mover(rx, inflight)
+                })
                 .map_err(OverlapError::Os)?;
             self.mover = Some(Mover {
                 tx: Some(tx),
@@ -365,6 +377,7 @@ impl Layer for Overlap {
                 )));
             }
         }
+        let mover_cpus = cpus::MoverCpus::from_config(cfg.get("GEX_OVERLAP_MOVER_CPUS"))?;
         let cost = match cfg.get("GEX_OVERLAP_PROFILE").map(str::trim) {
             None | Some("") => None,
             Some(path) => crate::profile::OverlapProfile::load(path)
@@ -380,6 +393,7 @@ impl Layer for Overlap {
             slow: false,
             watch: None,
             mover: None,
+            mover_cpus,
             inflight: Arc::new(AtomicUsize::new(0)),
             delta,
             delta_whole,
