@@ -13,11 +13,13 @@
 //!   second stays empty (see *One line per slot* below). Broadcast number `seq` of a
 //!   team (the team's sequence number, shared with its other collectives) uses slot
 //!   `seq mod SLOTS` of the *root's* ring.
-//! - **Packed slots.** A broadcast of at most [`TINY`] bytes (one word) uses packed
-//!   slot `seq mod TSLOTS` of the root's packed ring instead: 16 bytes (`SEQ`, then
-//!   the data word), [`PACK`] to a cache line, so that a reader behind its root takes
-//!   up to `PACK` broadcasts per line it fetches (as MPI eager FIFOs pack small
-//!   messages). The protocol is the same but for reuse (below).
+//! - **Packed slots.** On a team with more members than its host has CPUs
+//!   ([`packs`]), a broadcast of at most [`TINY`] bytes (one word) uses packed slot
+//!   `seq mod TSLOTS` of the root's packed ring instead: 16 bytes (`SEQ`, then the
+//!   data word), [`PACK`] to a cache line, so that a reader behind its root takes up
+//!   to `PACK` broadcasts per line it fetches (as MPI eager FIFOs pack small
+//!   messages). The protocol is the same but for reuse (below). Elsewhere one-word
+//!   blocks take the ring's slots like larger ones.
 //! - **Publishing** (the root): the data words, then `SEQ = tag(seq)` (release). The
 //!   tag digests the layer's generation, the team, the belief (the descriptor:
 //!   operation, root, element type, length, sync modes; [`crate::rootcheck`]) and
@@ -122,6 +124,21 @@ pub(crate) const TSLOTS: usize = if cfg!(gex_loom) { 2 } else { 64 };
 /// Packed slots per cache line (2 in the loom model).
 pub(crate) const PACK: usize = if cfg!(gex_loom) { 2 } else { 4 };
 const _: () = assert!(SLOTS + TSLOTS <= 128 && TSLOTS % PACK == 0);
+/// True if a team of `p` members on a host of `host_cpus` CPUs (0: unknown) puts
+/// broadcasts of at most [`TINY`] bytes in packed slots; otherwise they take the
+/// ring's one-line slots as larger ones do. Every member of a `shm` team is on one
+/// host and reads the same count (the host's online CPUs, whatever its affinity), so
+/// the members agree.
+///
+/// Packed where the members outnumber the CPUs: a reader runs only now and then and
+/// then takes up to [`PACK`] broadcasts per line it fetches. Where every member has a
+/// CPU, a reader keeps up with its root and polls the line the root stores into
+/// next; with packed slots, each of the root's next `PACK - 1` publications then
+/// needs that line back from the reader (measured on 2 vCPUs, docs/coll.md, *The
+/// packed slots decided per host*).
+pub(crate) fn packs(p: u32, host_cpus: u32) -> bool {
+    host_cpus == 0 || p > host_cpus
+}
 /// Slots after the one just read whose first line a reader prefetches.
 const PREFETCH: usize = 3;
 /// Lines of the packed ring after the one just read that a reader prefetches.
@@ -357,7 +374,30 @@ impl<A> Default for Local<A> {
 impl<A: Words> Local<A> {
     /// `None` if this member may publish broadcast `seq` of team `t` in its slot now;
     /// else what it must wait for first (see the module docs: opening, reuse).
+    ///
+    /// Inline: the common case (the team's channel open, the slot's previous
+    /// publication known to be read) is a few compares; the rest is out of line
+    /// ([`may_publish_slow`](Self::may_publish_slow)), so that a root's call keeps
+    /// its state in registers and stores little besides its publication (each store
+    /// a root makes waits in the store buffer behind the previous publication's
+    /// line, which a reader may hold: docs/coll.md, *Broadcast 8 B against Open MPI*).
+    #[inline(always)]
     fn may_publish(&mut self, t: &View<'_, A>, slot: usize) -> Option<Wait<A>> {
+        if self.team == t.team && self.open {
+            match self.prev(slot) {
+                None => return None,
+                Some(prev) if self.lo.is_some_and(|lo| !after(prev, lo)) => return None,
+                Some(_) => {}
+            }
+        }
+        self.may_publish_slow(*t, slot)
+    }
+
+    /// [`may_publish`](Self::may_publish) past its common case: a new team on the
+    /// channel, a channel not yet open, or the readers' `DONE` words to read again.
+    #[cold]
+    #[inline(never)]
+    fn may_publish_slow(&mut self, t: View<'_, A>, slot: usize) -> Option<Wait<A>> {
         if self.team != t.team {
             if let Some(latest) = self.latest {
                 // The previous team's members read its last publication, or left it.
@@ -444,19 +484,28 @@ impl<A: Words> Local<A> {
     /// packed slot: the latest of the previous publications in it and the packed
     /// slots after it in its line (those of the lap before), so that the root never
     /// stores into a line a reader still reads the previous lap of.
+    #[inline(always)]
     fn prev(&self, slot: usize) -> Option<u32> {
         let end = if slot < SLOTS {
             slot + 1
         } else {
             SLOTS + ((slot - SLOTS) / PACK + 1) * PACK
         };
-        (slot..end)
-            .filter(|&s| self.valid & (1 << s) != 0)
-            .map(|s| self.last[s])
-            .reduce(|a, b| if after(b, a) { b } else { a })
+        let mut latest = None::<u32>;
+        for s in slot..end {
+            if self.valid & (1 << s) != 0 {
+                let l = self.last[s];
+                latest = Some(match latest {
+                    Some(a) if !after(l, a) => a,
+                    _ => l,
+                });
+            }
+        }
+        latest
     }
 
     /// Records the publication of `seq` in `slot`.
+    #[inline(always)]
     fn published(&mut self, slot: usize, seq: u32) {
         self.last[slot] = seq;
         self.valid |= 1 << slot;
@@ -477,12 +526,34 @@ impl Fencing {
     /// areas `areas`) may wait for: returns the members to wake. Fences (and reads
     /// their `SLEEPY` words) once this member is fencing, which it becomes when one of
     /// them may sleep.
-    #[inline]
+    ///
+    /// Inline: while nobody may sleep it is one look per member in `mask`; the rest
+    /// is out of line ([`fenced`](Self::fenced)).
+    #[inline(always)]
     pub(crate) fn after_store<A: Words>(&mut self, own: A, areas: &[A], mask: u64) -> u64 {
         if !self.on {
-            if !each(mask).any(|q| areas[q].may_sleep().load(Ordering::Relaxed) != 0) {
+            // (A loop over the bits rather than an iterator adaptor, which the
+            // compiler left as a call.)
+            let mut m = mask;
+            let mut sleeps = false;
+            while m != 0 {
+                let q = m.trailing_zeros() as usize;
+                m &= m - 1;
+                sleeps |= areas[q].may_sleep().load(Ordering::Relaxed) != 0;
+            }
+            if !sleeps {
                 return 0;
             }
+        }
+        self.fenced(own, areas, mask)
+    }
+
+    /// [`after_store`](Self::after_store) once a member in `mask` may sleep or this
+    /// member fences already.
+    #[cold]
+    #[inline(never)]
+    fn fenced<A: Words>(&mut self, own: A, areas: &[A], mask: u64) -> u64 {
+        if !self.on {
             // From now on, every ring flag this member stores is fenced; the flags
             // stored before are visible to whoever sees this word (release).
             own.fencing().store(1, Ordering::Release);
@@ -517,6 +588,8 @@ pub(crate) struct Bcast<A> {
     root: u32,
     /// Bytes of the block.
     n: usize,
+    /// A block of at most [`TINY`] bytes takes a packed slot ([`packs`]).
+    packed: bool,
     /// What [`step`](Self::step) waited for when it last returned false.
     pub(crate) wait: Option<Wait<A>>,
     /// Members to wake (bit = team rank), after a step that stored a flag.
@@ -525,14 +598,17 @@ pub(crate) struct Bcast<A> {
 
 impl<A: Words> Bcast<A> {
     /// Broadcast `seq` of a team (root `root`, `n` bytes, `n <= CAP`) whose
-    /// publications digest to `base` (see [`tag`]).
-    pub(crate) fn new(seq: u32, base: u64, root: u32, n: usize) -> Self {
+    /// publications digest to `base` (see [`tag`]); `packed`: a block of at most
+    /// [`TINY`] bytes takes a packed slot ([`packs`] says when; every member of the
+    /// team must pass the same).
+    pub(crate) fn new(seq: u32, base: u64, root: u32, n: usize, packed: bool) -> Self {
         debug_assert!(n <= CAP);
         Bcast {
             seq,
             tag: tag(base, seq),
             root,
             n,
+            packed,
             wait: None,
             wake: 0,
         }
@@ -546,7 +622,7 @@ impl<A: Words> Bcast<A> {
     /// The slot of this broadcast in the root's ring (or packed ring: at most
     /// [`TINY`] bytes).
     fn slot(&self) -> usize {
-        if self.n <= TINY {
+        if self.packed && self.n <= TINY {
             SLOTS + self.seq as usize % TSLOTS
         } else {
             wrap(self.seq as usize)
@@ -557,6 +633,10 @@ impl<A: Words> Bcast<A> {
     /// publishes `input` (and completes: it waits for nobody but the readers of its
     /// slot's previous publication); a reader copies the block into `out` once
     /// published. Sets [`wake`](Self::wake) after storing a flag.
+    ///
+    /// Inline, as what it calls: a call that completes keeps the broadcast's state
+    /// in registers instead of spilling it (see [`Local::may_publish`]).
+    #[inline(always)]
     pub(crate) fn step(
         &mut self,
         t: &View<'_, A>,
@@ -632,17 +712,23 @@ impl<A: Words> Bcast<A> {
         true
     }
 
-    /// Copies the published block out of `area`'s slot.
+    /// Copies the published block out of `area`'s slot (a whole word with one store,
+    /// not a call to `memcpy` for a length known only at run time).
+    #[inline(always)]
     fn copy_out(&self, area: A, ch: usize, slot: usize, out: &mut [u8]) {
         for (i, c) in out[..self.n].chunks_mut(8).enumerate() {
             let w = area.data(ch, slot, i).load(Ordering::Relaxed).to_le_bytes();
-            c.copy_from_slice(&w[..c.len()]);
+            match <&mut [u8; 8]>::try_from(&mut *c) {
+                Ok(whole) => *whole = w,
+                Err(_) => c.copy_from_slice(&w[..c.len()]),
+            }
         }
     }
 
     /// Stores this member's `DONE` (the acknowledgement readers give, and what roots
     /// of later broadcasts wait for) and the sleep protocol's part for the flags just
     /// stored (`mask`: who may wait for them).
+    #[inline(always)]
     fn finish_here(&mut self, t: &View<'_, A>, own: A, fencing: &mut Fencing, mask: u64) {
         own.done(t.ch)
             .store(u64::from(self.seq) | VALID, Ordering::Release);
@@ -666,8 +752,11 @@ fn all_but(p: usize, me: u32) -> u64 {
 }
 
 /// Up to 8 bytes as a little-endian word (zero-padded).
-#[inline]
+#[inline(always)]
 fn word_of(c: &[u8]) -> u64 {
+    if let Ok(whole) = <[u8; 8]>::try_from(c) {
+        return u64::from_le_bytes(whole);
+    }
     let mut b = [0u8; 8];
     b[..c.len()].copy_from_slice(c);
     u64::from_le_bytes(b)

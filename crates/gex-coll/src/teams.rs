@@ -119,6 +119,7 @@ impl CollTeam {
     /// endpoint counts (the layer refuses a team whose `me` is another endpoint, and an
     /// endpoint is driven by one thread at a time): a load and a store, no locked
     /// read-modify-write on the hot path.
+    #[inline]
     pub(crate) fn next_seq(&self) -> u32 {
         let s = self.seq.load(Ordering::Relaxed);
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);

@@ -120,12 +120,13 @@ struct Mode {
 }
 
 /// Member `me` of `areas` runs broadcasts `0..rounds` rooted at `root(k)`, each of
-/// `n` bytes holding `value(k)`, behaving as `mode` says.
+/// `n` bytes holding `value(k)` (in packed slots if `packed` and `n` is one word),
+/// behaving as `mode` says.
 fn member(
     areas: &Arc<Vec<Model>>,
     me: u32,
     rounds: u32,
-    n: usize,
+    (n, packed): (usize, bool),
     root: fn(u32) -> u32,
     mode: Mode,
 ) {
@@ -148,7 +149,7 @@ fn member(
         let r = root(k);
         let input = if r == me { value(k) } else { Vec::new() };
         let mut out = vec![0u8; n];
-        let mut b = Bcast::new(k, BASE, r, n);
+        let mut b = Bcast::new(k, BASE, r, n, packed);
         loop {
             let done = b.step(&t, &mut local, &mut fencing, &input, &mut out);
             for (q, area) in view_areas.iter().enumerate() {
@@ -188,6 +189,17 @@ fn member(
 }
 
 fn run(p: u32, rounds: u32, n: usize, root: fn(u32) -> u32, mode: fn(u32) -> Mode) {
+    run_with(p, rounds, (n, true), root, mode);
+}
+
+/// As [`run`], `packed` saying whether one-word blocks take packed slots.
+fn run_with(
+    p: u32,
+    rounds: u32,
+    (n, packed): (usize, bool),
+    root: fn(u32) -> u32,
+    mode: fn(u32) -> Mode,
+) {
     let mut model = loom::model::Builder::new();
     // Members that spin (yield) while another is descheduled take many branches.
     model.max_branches = 100_000;
@@ -196,10 +208,10 @@ fn run(p: u32, rounds: u32, n: usize, root: fn(u32) -> u32, mode: fn(u32) -> Mod
         let others: Vec<_> = (1..p)
             .map(|me| {
                 let a = areas.clone();
-                thread::spawn(move || member(&a, me, rounds, n, root, mode(me)))
+                thread::spawn(move || member(&a, me, rounds, (n, packed), root, mode(me)))
             })
             .collect();
-        member(&areas, 0, rounds, n, root, mode(0));
+        member(&areas, 0, rounds, (n, packed), root, mode(0));
         for t in others {
             t.join().unwrap();
         }
@@ -221,6 +233,14 @@ fn loom_ring_wraps_without_sleep() {
 #[test]
 fn loom_ring_packed_wraps_without_sleep() {
     run(2, 4, 8, |_| 0, |_| SPIN);
+}
+
+/// Three one-word broadcasts of a team whose one-word blocks are not packed (its
+/// members have a CPU each, `ring::packs`): they take the ring's one slot in turn,
+/// as larger blocks do, and every block arrives whole.
+#[test]
+fn loom_ring_unpacked_words_wrap_without_sleep() {
+    run_with(2, 3, (8, false), |_| 0, |_| SPIN);
 }
 
 /// As the first, the reader may sleep (its `MAYSLEEP` races with the root's first

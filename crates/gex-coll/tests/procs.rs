@@ -129,7 +129,8 @@ endpoint_jobs! {
 endpoint_jobs! {
     /// Small broadcasts through the ring across processes: the ring workload
     /// (`common::ring_workload`: rotating and fixed roots, 1..=56 bytes, every form,
-    /// wrap-around, every byte checked; then 1..=8 bytes, the packed ring) on the world
+    /// wrap-around, every byte checked; then 1..=8 bytes in packed slots and in the
+    /// ring's slots) on the world
     /// team and on two split halves at
     /// once, every broadcast through the ring where the team shares memory.
     struct Ring |c| {
@@ -143,15 +144,21 @@ endpoint_jobs! {
             if c.shared_memory(&w) { calls } else { 0 },
             "rank {me}"
         );
-        // Blocks of at most 8 bytes: the packed ring.
-        let r0 = c.coll_stats().ring_calls;
-        let calls = ring_workload_upto(&mut c, &w, 200, 100 + u64::from(p), 8);
-        let ring = c.coll_stats().ring_calls - r0;
-        assert_eq!(
-            ring,
-            if c.shared_memory(&w) { calls } else { 0 },
-            "rank {me}"
-        );
+        // Blocks of at most 8 bytes: in packed slots (as on a host of 1 CPU), then in
+        // the ring's slots (1024 CPUs: `ring::packs`).
+        let cpus = c.tuner(|t| t.host_cpus()).unwrap();
+        for (host, seed) in [(1, 100), (1024, 300)] {
+            c.tuner(|t| t.set_host_cpus(host)).unwrap();
+            let r0 = c.coll_stats().ring_calls;
+            let calls = ring_workload_upto(&mut c, &w, 200, seed + u64::from(p), 8);
+            let ring = c.coll_stats().ring_calls - r0;
+            assert_eq!(
+                ring,
+                if c.shared_memory(&w) { calls } else { 0 },
+                "rank {me}"
+            );
+        }
+        c.tuner(|t| t.set_host_cpus(cpus)).unwrap();
         if p >= 4 {
             let half = c
                 .split(&w, Some(me % 2), me, Scratch::None)

@@ -75,12 +75,14 @@ fn the_report_names_each_collective_in_flight_and_its_step() {
 }
 
 /// A small broadcast through the ring names what it waits for: rank 0, a reader,
-/// waits for its root's publication (one word: the packed ring) until rank 1 joins.
+/// waits for its root's publication (one word: the packed ring, as on a host with
+/// fewer CPUs than members) until rank 1 joins.
 #[test]
 fn the_report_names_a_small_broadcasts_wait() {
     let gate = std::sync::Barrier::new(2);
     on_sim(2, SimConfig::default(), 1 << 16, |mut ep, w| {
         let me = w.rank();
+        ep.tuner(|t| t.set_host_cpus(1)).unwrap();
         if me == 1 {
             gate.wait();
         }

@@ -2142,7 +2142,8 @@ fn settings_are_read_when_the_layer_attaches() {
 /// Small broadcasts through the ring on 2..8 thread ranks of one host: the ring
 /// workload (rotating and fixed roots, 1..=56 bytes, every blocking form and
 /// nonblocking batches, wrap-around of every member's 32-slot ring), then one of
-/// 1..=8 bytes only (the packed ring, wrapped around) on the world
+/// 1..=8 bytes only (in packed slots, as on a host with fewer CPUs than members, and
+/// in the ring's slots, as on one with a CPU per member; wrapped around) on the world
 /// team, then on two disjoint split teams at once (channels 1 and 2) and on a team of
 /// every other member, each output checked byte by byte; every broadcast goes through
 /// the ring (`CollStats::ring_calls`). Then the channel changes hands: a team takes
@@ -2163,10 +2164,16 @@ fn ring_small_broadcasts_2_to_8_ranks() {
                 let r0 = ring(&mut c);
                 let calls = common::ring_workload(&mut c, &w, 150, u64::from(p));
                 assert_eq!(ring(&mut c) - r0, if on { calls } else { 0 }, "rank {me}");
-                // Blocks of at most 8 bytes: the packed ring, wrapped around.
-                let r0 = ring(&mut c);
-                let calls = common::ring_workload_upto(&mut c, &w, 150, 100 + u64::from(p), 8);
-                assert_eq!(ring(&mut c) - r0, if on { calls } else { 0 }, "rank {me}");
+                // Blocks of at most 8 bytes, wrapped around: in packed slots (a host
+                // of 1 CPU), then in the ring's slots (1024 CPUs: `ring::packs`).
+                let cpus = c.tuner(|t| t.host_cpus()).unwrap();
+                for (host, seed) in [(1, 100), (1024, 200)] {
+                    c.tuner(|t| t.set_host_cpus(host)).unwrap();
+                    let r0 = ring(&mut c);
+                    let calls = common::ring_workload_upto(&mut c, &w, 150, seed + u64::from(p), 8);
+                    assert_eq!(ring(&mut c) - r0, if on { calls } else { 0 }, "rank {me}");
+                }
+                c.tuner(|t| t.set_host_cpus(cpus)).unwrap();
                 // Two halves at once (their own channels), then every other member.
                 if p >= 4 {
                     let half = c
@@ -2221,17 +2228,19 @@ fn ring_small_broadcasts_2_to_8_ranks() {
 /// A root far ahead of its readers on the packed ring: on 2 and 3 thread ranks, 300
 /// one-word broadcasts from rank 0 whose readers start 2 ms late (at calls 0 and 150):
 /// the root fills its 64 packed slots and reuses a line only once every reader
-/// finished the previous lap's broadcasts in it. Every block arrives whole, every
-/// call through the ring.
+/// finished the previous lap's broadcasts in it. Then on 2 ranks whose one-word
+/// blocks are not packed (a host with a CPU per member): the root fills the ring's
+/// 32 slots instead. Every block arrives whole, every call through the ring.
 #[test]
 fn ring_packed_root_runs_ahead() {
-    for p in [2u32, 3] {
+    for (p, host) in [(2u32, 1u32), (3, 1), (2, 1024)] {
         on_sim(
             p,
             SimConfig::default().seed(60 + u64::from(p)),
             SEG,
             move |mut c, w| {
                 let me = w.rank();
+                c.tuner(|t| t.set_host_cpus(host)).unwrap();
                 let r0 = c.coll_stats().ring_calls;
                 for k in 0..300u32 {
                     if me != 0 && k % 150 == 0 {

@@ -329,7 +329,13 @@ impl Coll {
             }
             self.tuning.counters.ring_calls += 1;
             DirectBody::Ring {
-                b: ring::Bcast::new(seq, base, r.root, n),
+                b: ring::Bcast::new(
+                    seq,
+                    base,
+                    r.root,
+                    n,
+                    ring::packs(p, self.tuning.tuner().host_cpus()),
+                ),
                 own: sh.areas[me as usize],
                 fencing: self.shm.fencing_on(),
             }

@@ -127,7 +127,8 @@ impl Coll {
         self.shm.announce(sh, seq, belief, || {
             cached.map(|k| k.desc).unwrap_or_default()
         });
-        let mut b = ring::Bcast::new(seq, base, root, n);
+        let packed = ring::packs(p, self.tuning.tuner().host_cpus());
+        let mut b = ring::Bcast::new(seq, base, root, n, packed);
         let (input, out): (&[u8], &mut [u8]) = if me == root {
             (buf, &mut [])
         } else {
