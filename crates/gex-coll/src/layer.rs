@@ -288,13 +288,32 @@ impl Coll {
         team: &Team,
         f: impl FnOnce(&mut Coll, &Team) -> Result<R, CollError>,
     ) -> Result<R, CollError> {
-        if let Found::Own = self.teams.lookup(team)? {
-            return f(self, team);
+        self.with_resolved_boxed(team, |c, t| f(c, t).map_err(Box::new))
+            .map_err(|e| *e)
+    }
+
+    /// [`with_resolved`](Self::with_resolved) with the error boxed, for the hottest
+    /// calls: a `Result` of a small value and a box comes back in registers, where
+    /// one holding a `CollError` (64 bytes) is copied through memory at every level
+    /// (see [`ring_begin`](Self::ring_begin)).
+    ///
+    /// # Errors
+    /// As [`with_resolved`](Self::with_resolved).
+    #[inline(always)]
+    pub(crate) fn with_resolved_boxed<R>(
+        &mut self,
+        team: &Team,
+        f: impl FnOnce(&mut Coll, &Team) -> Result<R, Box<CollError>>,
+    ) -> Result<R, Box<CollError>> {
+        match self.teams.lookup(team) {
+            Ok(Found::Own) => return f(self, team),
+            Ok(_) => {}
+            Err(e) => return Err(Box::new(e)),
         }
         // (The error is made only when returned: one built eagerly for `ok_or` was
         // dropped on every call.)
         let Some(world) = self.teams.lend_world() else {
-            return Err(CollError::Layer("the world team is lent already"));
+            return Err(Box::new(CollError::Layer("the world team is lent already")));
         };
         let r = f(self, &world);
         self.teams.give_back(world);

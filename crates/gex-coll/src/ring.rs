@@ -486,11 +486,10 @@ impl<A: Words> Local<A> {
     /// stores into a line a reader still reads the previous lap of.
     #[inline(always)]
     fn prev(&self, slot: usize) -> Option<u32> {
-        let end = if slot < SLOTS {
-            slot + 1
-        } else {
-            SLOTS + ((slot - SLOTS) / PACK + 1) * PACK
-        };
+        if slot < SLOTS {
+            return (self.valid & (1 << slot) != 0).then(|| self.last[slot]);
+        }
+        let end = SLOTS + ((slot - SLOTS) / PACK + 1) * PACK;
         let mut latest = None::<u32>;
         for s in slot..end {
             if self.valid & (1 << s) != 0 {
@@ -652,8 +651,14 @@ impl<A: Words> Bcast<A> {
                 self.wait = Some(w);
                 return false;
             }
-            for (i, c) in input[..self.n].chunks(8).enumerate() {
-                own.data(t.ch, slot, i).store(word_of(c), Ordering::Relaxed);
+            if self.n <= 8 {
+                // One word (the common small case): no chunk iterator.
+                own.data(t.ch, slot, 0)
+                    .store(word_of(&input[..self.n]), Ordering::Relaxed);
+            } else {
+                for (i, c) in input[..self.n].chunks(8).enumerate() {
+                    own.data(t.ch, slot, i).store(word_of(c), Ordering::Relaxed);
+                }
             }
             own.seq(t.ch, slot).store(self.tag, Ordering::Release);
             local.published(slot, self.seq);
@@ -716,6 +721,11 @@ impl<A: Words> Bcast<A> {
     /// not a call to `memcpy` for a length known only at run time).
     #[inline(always)]
     fn copy_out(&self, area: A, ch: usize, slot: usize, out: &mut [u8]) {
+        if self.n == 8 {
+            let w = area.data(ch, slot, 0).load(Ordering::Relaxed).to_le_bytes();
+            out[..8].copy_from_slice(&w);
+            return;
+        }
         for (i, c) in out[..self.n].chunks_mut(8).enumerate() {
             let w = area.data(ch, slot, i).load(Ordering::Relaxed).to_le_bytes();
             match <&mut [u8; 8]>::try_from(&mut *c) {

@@ -48,12 +48,34 @@ pub(super) fn ring_in_place<C: Conduit>(
     opts: &Opts<'_>,
 ) -> Result<bool, CollError> {
     let mut call = None;
-    let first = coll(ep, |c, cx| {
-        c.with_resolved(team, |c, team| {
-            c.ring_begin(cx, team, root, (&mut *buf, ty, elem), opts, &mut call)
-                .map_err(|e| *e)
+    // Without a progress thread on the layer's state alone, waking members after
+    // (as `replay` does); else in the endpoint's context.
+    let mut wakes = false;
+    let lent_begin = lent(ep, |c| {
+        c.with_resolved_boxed(team, |c, team| {
+            let io = (&mut *buf, ty, elem);
+            c.ring_begin(team, root, io, opts, &mut call, &mut |_| wakes = true)
         })
-    })??;
+    });
+    let first = match lent_begin {
+        Some(r) => {
+            let first = r.map_err(|e| *e)?;
+            after_borrowed_step(ep, team, wakes)?;
+            first
+        }
+        None => coll(ep, |c, cx| {
+            c.with_resolved_boxed(team, |c, team| {
+                let io = (&mut *buf, ty, elem);
+                let r = c.ring_begin(team, root, io, opts, &mut call, &mut |a| cx.wake(a));
+                if matches!(r, Ok(RingBegin::Pending)) {
+                    // A progress thread shares the state: its hook watches the wait.
+                    cx.set_busy();
+                }
+                r
+            })
+        })?
+        .map_err(|e| *e)?,
+    };
     match first {
         RingBegin::Declined => return Ok(false),
         RingBegin::Done => return Ok(true),

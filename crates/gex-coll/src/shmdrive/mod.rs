@@ -403,6 +403,19 @@ impl Coll {
         cx: &mut Cx<'_, C>,
         wait: WaitOn,
         stall: Stall,
+        who: (u64, u32, u32, u32),
+    ) {
+        self.record_flag_wait(wait, stall, who);
+        cx.set_busy();
+    }
+
+    /// Records the wait of a direct call (as [`await_flag`](Self::await_flag) does,
+    /// without asking for the progress hook: the caller does if it runs in the
+    /// endpoint's context).
+    fn record_flag_wait(
+        &mut self,
+        wait: WaitOn,
+        stall: Stall,
         (team, rank, seq, belief): (u64, u32, u32, u32),
     ) {
         self.shm.set_wait(Some(DirectWait {
@@ -415,7 +428,6 @@ impl Coll {
             belief,
             failed: false,
         }));
-        cx.set_busy();
     }
 
     /// Lends `team` to the wait of the direct call that is about to wait in the

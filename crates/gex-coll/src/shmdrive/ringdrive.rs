@@ -64,15 +64,20 @@ impl Coll {
     /// buffer has drained, so until the root's slot stores (each a cache line the
     /// readers hold) had left: half of a root's time in a run of 8-byte broadcasts
     /// (`perf annotate`, 2026-12-01). Errors are rare and may allocate.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn ring_begin<C: Conduit>(
+    ///
+    /// It needs nothing of the endpoint but a way to `wake` members, so that without
+    /// a progress thread it runs on the layer's state alone ([`crate::layer::lent`]:
+    /// no endpoint context built); a pending call records its wait, and the caller
+    /// asks for the progress hook if it runs in the endpoint's context.
+    #[inline(always)]
+    pub(crate) fn ring_begin(
         &mut self,
-        cx: &mut Cx<'_, C>,
         team: &Team,
         root: u32,
         (buf, ty, elem): (&mut [u8], u8, usize),
         opts: &Opts<'_>,
         call: &mut Option<RingCall>,
+        wake: &mut impl FnMut(EpAddr),
     ) -> Result<RingBegin, Box<CollError>> {
         let x = ext(team);
         let Some(sh) = x.shm.as_ref() else {
@@ -137,7 +142,7 @@ impl Coll {
         let (local, fencing) = self.shm.ring_parts(sh.ch);
         let done = b.step(&sh.view(), local, fencing, input, out);
         // Already fenced (crate::ring).
-        sh.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
+        sh.wake_fenced(std::mem::take(&mut b.wake), wake);
         self.tuning.counters.direct_calls += 1;
         self.tuning.counters.ring_calls += 1;
         if done {
@@ -145,7 +150,7 @@ impl Coll {
             return Ok(RingBegin::Done);
         }
         let wait = WaitOn::Ring(b.wait.expect("a pending step records its wait"));
-        self.await_flag(cx, wait, Stall::default(), (team.id(), me, seq, belief));
+        self.record_flag_wait(wait, Stall::default(), (team.id(), me, seq, belief));
         *call = Some(RingCall {
             own: sh.areas[me as usize],
             fencing: self.shm.fencing_on(),
