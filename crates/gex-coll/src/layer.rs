@@ -100,7 +100,10 @@ pub(crate) fn lent<C: Conduit, R>(
     if ep.has_progress_thread() {
         return None;
     }
-    gex_core::layer::state::<Coll, C, R>(ep, |p| f(Coll::unpin(p)))
+    // The cached address only (no closure handed to the endpoint, so `f` is inlined
+    // once and its captures stay in registers); a layer past the endpoint's cache
+    // takes the caller's general way.
+    gex_core::layer::state_cached::<Coll, C>(ep).map(|p| f(Coll::unpin(p)))
 }
 
 /// Runs `f` with the collectives layer of `ep`.

@@ -363,8 +363,9 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
 /// loop).
 #[inline(always)]
 fn dispose<T>(spec: Spec<'_, T>) {
-    // Every field named, so that one added later is considered here; those ignored
-    // never own anything (checked).
+    let spec = std::mem::ManuallyDrop::new(spec);
+    // Every field named (by reference: nothing is moved), so that one added later is
+    // considered here; those ignored never own anything (checked).
     let Spec {
         kind: _,
         root: _,
@@ -372,24 +373,19 @@ fn dispose<T>(spec: Spec<'_, T>) {
         opts: _,
         data,
         reduce,
-    } = spec;
+    } = &*spec;
     const _: () = assert!(
         !std::mem::needs_drop::<OpKind>()
             && !std::mem::needs_drop::<Root>()
             && !std::mem::needs_drop::<Option<usize>>()
             && !std::mem::needs_drop::<Opts<'static>>()
     );
-    // Borrowed data and a borrowed (or no) reduction are references only:
-    // forgetting them releases nothing.
-    if matches!(data, SpecData::Slices(..) | SpecData::InPlace(..)) {
-        std::mem::forget(data);
-    } else {
-        drop(data);
-    }
-    if matches!(reduce, Some(ReduceArg::Owned(_))) {
-        drop(reduce);
-    } else {
-        std::mem::forget(reduce);
+    // Borrowed data and a borrowed (or no) reduction are references only: leaving
+    // them undropped releases nothing. Otherwise everything is dropped as usual.
+    let borrowed = matches!(data, SpecData::Slices(..) | SpecData::InPlace(..))
+        && !matches!(reduce, Some(ReduceArg::Owned(_)));
+    if !borrowed {
+        drop(std::mem::ManuallyDrop::into_inner(spec));
     }
 }
 
@@ -518,7 +514,7 @@ pub(crate) fn barrier_blocking<C: Conduit>(
 /// one entry into the layer (none if not). The step recorded its wait, if any, in
 /// the layer's state; the progress hook is asked for only before the endpoint's
 /// wait loop ([`wait_direct`]).
-#[inline]
+#[inline(always)]
 fn after_borrowed_step<C: Conduit>(
     ep: &mut Endpoint<C>,
     team: &Team,
@@ -527,6 +523,17 @@ fn after_borrowed_step<C: Conduit>(
     if !wakes {
         return Ok(());
     }
+    wake_after_borrowed_step(ep, team)
+}
+
+/// [`after_borrowed_step`] with members to wake (out of line: a call that wakes
+/// nobody sets up no frame for it).
+#[cold]
+#[inline(never)]
+fn wake_after_borrowed_step<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+) -> Result<(), CollError> {
     coll(ep, |c, cx| {
         c.with_resolved(team, |c, team| {
             c.wake_team(cx, team);
