@@ -227,7 +227,11 @@ impl Tuner {
     /// model picks `shm` whenever it can run the call (readers copy from a block that
     /// stays published while its owner is descheduled). The layer sets this from the
     /// host's online CPUs; every member of such a team is on the same host and sees
-    /// the same count, so they agree on the choice. Clears the cache.
+    /// the same count, so they agree on the choice. A program that sets it must set
+    /// the same count on every member of a team before its collectives: it also
+    /// decides whether one-word broadcasts take the ring's packed slots (members
+    /// outnumbering the CPUs) or its one-line slots, and members that disagree wait in
+    /// different places (the stall report names the wait). Clears the cache.
     pub fn set_host_cpus(&mut self, cpus: u32) {
         self.host_cpus = cpus;
         self.cache.clear();
