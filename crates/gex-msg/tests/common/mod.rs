@@ -32,11 +32,18 @@ pub(crate) fn stats<C: Conduit>(ep: &mut Endpoint<C>) -> MsgStats {
     gex_core::layer::with::<Msg, _, _>(ep, |m, _| m.stats()).unwrap()
 }
 
-/// A barrier, then the wait until the layer is quiet (asserted); returns its counters.
+/// A barrier, then the wait until the layer is quiet (asserted), then a second barrier;
+/// returns its counters. The second barrier keeps every rank from sending again until
+/// every rank has seen its layer quiet: without it a rank that settled first could send
+/// its next message before a slower one looked, and the slower one's layer, holding
+/// that message unmatched, would never be quiet (seen once in 37 runs of
+/// `tests/ranks.rs` beside `ci/miri.sh`: `threads_in_place_pingpong` hung).
 pub(crate) fn settle<C: Conduit>(ep: &mut Endpoint<C>) -> MsgStats {
     exchange_barrier(ep).unwrap();
     assert!(gex_core::layer::wait_until::<Msg, _>(ep, Msg::is_quiet));
-    stats(ep)
+    let st = stats(ep);
+    exchange_barrier(ep).unwrap();
+    st
 }
 
 /// Message `i` of `src` with tag `tag`: its length and bytes (the first 8 bytes are
