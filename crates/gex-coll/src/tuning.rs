@@ -66,6 +66,14 @@ impl Tuning {
         &self.tuner
     }
 
+    /// Whether one-word ring broadcasts of a team of `p` members take packed slots
+    /// ([`crate::ring::packs`], from the tuner's host CPU count): the one place every
+    /// path asks, so that the members' paths agree.
+    #[inline]
+    pub(crate) fn ring_packs(&self, p: u32) -> bool {
+        crate::ring::packs(p, self.tuner.host_cpus())
+    }
+
     /// The tuner, to change or to ask (its selections keep caches). A change that
     /// may make it decide differently must reach the direct path's caches too
     /// ([`FastPath::tuner_changed`](crate::shmpath::FastPath::tuner_changed)).

@@ -236,8 +236,8 @@ impl Coll {
                         unreachable!("matched above")
                     };
                     let (base, _) = self.ring_base(team, desc);
-                    let packed = crate::ring::packs(p, self.tuning.tuner().host_cpus());
-                    let op = crate::ring::Bcast::new(seq, base, s.root, n, packed);
+                    let op =
+                        crate::ring::Bcast::new(seq, base, s.root, n, self.tuning.ring_packs(p));
                     self.tuning.counters.ring_calls += 1;
                     let out = if r == s.root {
                         input.clone()

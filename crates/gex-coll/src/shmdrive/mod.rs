@@ -329,13 +329,7 @@ impl Coll {
             }
             self.tuning.counters.ring_calls += 1;
             DirectBody::Ring {
-                b: ring::Bcast::new(
-                    seq,
-                    base,
-                    r.root,
-                    n,
-                    ring::packs(p, self.tuning.tuner().host_cpus()),
-                ),
+                b: ring::Bcast::new(seq, base, r.root, n, self.tuning.ring_packs(p)),
                 own: sh.areas[me as usize],
                 fencing: self.shm.fencing_on(),
             }

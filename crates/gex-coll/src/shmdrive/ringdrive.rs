@@ -132,8 +132,7 @@ impl Coll {
         self.shm.announce(sh, seq, belief, || {
             cached.map(|k| k.desc).unwrap_or_default()
         });
-        let packed = ring::packs(p, self.tuning.tuner().host_cpus());
-        let mut b = ring::Bcast::new(seq, base, root, n, packed);
+        let mut b = ring::Bcast::new(seq, base, root, n, self.tuning.ring_packs(p));
         let (input, out): (&[u8], &mut [u8]) = if me == root {
             (buf, &mut [])
         } else {
