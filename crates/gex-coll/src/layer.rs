@@ -308,18 +308,27 @@ impl Coll {
         team: &Team,
         f: impl FnOnce(&mut Coll, &Team) -> Result<R, Box<CollError>>,
     ) -> Result<R, Box<CollError>> {
-        match self.teams.lookup(team) {
-            Ok(Found::Own) => return f(self, team),
-            Ok(_) => {}
+        // One call of `f` (its own team, or the world lent for it), so that it is
+        // inlined here: called from two places it was a function of its own, its
+        // captures passed through the stack.
+        let lent = match self.teams.lookup(team) {
+            Ok(Found::Own) => None,
+            // (The error is made only when returned: one built eagerly for `ok_or`
+            // was dropped on every call.)
+            Ok(_) => match self.teams.lend_world() {
+                Some(world) => Some(world),
+                None => {
+                    return Err(Box::new(CollError::Layer(
+                        "the world team is lent already",
+                    )));
+                }
+            },
             Err(e) => return Err(Box::new(e)),
-        }
-        // (The error is made only when returned: one built eagerly for `ok_or` was
-        // dropped on every call.)
-        let Some(world) = self.teams.lend_world() else {
-            return Err(Box::new(CollError::Layer("the world team is lent already")));
         };
-        let r = f(self, &world);
-        self.teams.give_back(world);
+        let r = f(self, lent.as_ref().unwrap_or(team));
+        if let Some(world) = lent {
+            self.teams.give_back(world);
+        }
         r
     }
 
