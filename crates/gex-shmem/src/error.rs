@@ -11,7 +11,7 @@ pub enum ShmemError {
     /// `shmem_init` after `shmem_finalize` (OpenSHMEM allows one init per program).
     Finalized,
     /// A configuration setting is wrong (the message says which).
-    Config(String),
+    Config(Detail),
     /// A remote address that is neither in the symmetric heap nor in static data.
     NotSymmetric(usize),
     /// A PE number out of range.
@@ -23,13 +23,28 @@ pub enum ShmemError {
     /// A context handle that is not a live context.
     BadCtx,
     /// An invalid argument (the message says which).
-    Invalid(String),
+    Invalid(Detail),
     /// The symmetric heap is exhausted (a result of the allocation calls, not fatal).
     NoMemory,
     /// A target refused an access to its static data (out of range).
     RemoteFault,
     /// gex failed (the message is gex's).
-    Gex(String),
+    Gex(Detail),
+    /// A call the thread level does not allow (the state is another thread's), or one
+    /// made from inside a call of this library.
+    Thread(ThreadMisuse),
+}
+
+/// What [`ShmemError::Thread`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadMisuse {
+    /// A call that needs the PE's state from a thread other than the one that called
+    /// `shmem_init`, at this thread level (`SHMEM_THREAD_SINGLE` or
+    /// `SHMEM_THREAD_FUNNELED`: only that thread may call).
+    NotInitThread(i32),
+    /// A call made while a call of this library was running on the same thread (from
+    /// a signal handler, say).
+    Reentered,
 }
 
 impl fmt::Display for ShmemError {
@@ -54,17 +69,52 @@ impl fmt::Display for ShmemError {
                 write!(f, "a remote PE refused an access outside its static data")
             }
             ShmemError::Gex(m) => write!(f, "gex: {m}"),
+            ShmemError::Thread(ThreadMisuse::NotInitThread(level)) => write!(
+                f,
+                "called from a thread other than the one that called shmem_init, at thread level {} (only that thread may call; ask for SHMEM_THREAD_SERIALIZED or SHMEM_THREAD_MULTIPLE with shmem_init_thread)",
+                match level {
+                    0 => "SHMEM_THREAD_SINGLE",
+                    _ => "SHMEM_THREAD_FUNNELED",
+                }
+            ),
+            ShmemError::Thread(ThreadMisuse::Reentered) => write!(
+                f,
+                "called while another call of this library runs on the same thread"
+            ),
         }
     }
 }
 
 impl std::error::Error for ShmemError {}
 
+/// The message of a [`ShmemError`]: one pointer wide, so that the error, and every
+/// result carrying it, is two words and comes back from a call in registers. With
+/// `String` messages a result was four words, returned through memory: two stores at
+/// every level of a call, which on a 2-PE `shmem_broadcastmem` of 8 bytes waited behind
+/// the store that published the data to the other PE (2026-12-01).
+#[derive(Debug)]
+pub struct Detail(
+    // A thin pointer is the point (`Box<str>` is two words).
+    #[allow(clippy::box_collection)] Box<String>,
+);
+
+impl<T: Into<String>> From<T> for Detail {
+    fn from(m: T) -> Self {
+        Detail(Box::new(m.into()))
+    }
+}
+
+impl fmt::Display for Detail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 macro_rules! from_gex {
     ($($t:ty),*) => {$(
         impl From<$t> for ShmemError {
             fn from(e: $t) -> Self {
-                ShmemError::Gex(e.to_string())
+                ShmemError::Gex(e.to_string().into())
             }
         }
     )*};

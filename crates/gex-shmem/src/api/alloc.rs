@@ -64,9 +64,9 @@ pub extern "C" fn shmem_free(ptr: *mut c_void) {
             if !ptr.is_null() {
                 let off = (ptr as usize).wrapping_sub(s.heap_base);
                 if !s.heap.free(off) {
-                    return Err(ShmemError::Invalid(format!(
-                        "shmem_free of {ptr:p}, not a block of the symmetric heap"
-                    )));
+                    return Err(ShmemError::Invalid(
+                        format!("shmem_free of {ptr:p}, not a block of the symmetric heap").into(),
+                    ));
                 }
             }
             Ok(())
@@ -86,9 +86,10 @@ pub extern "C" fn shmem_realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
                 Some((
                     off,
                     s.heap.size_of(off).ok_or_else(|| {
-                        ShmemError::Invalid(format!(
-                            "shmem_realloc of {ptr:p}, not a block of the symmetric heap"
-                        ))
+                        ShmemError::Invalid(
+                            format!("shmem_realloc of {ptr:p}, not a block of the symmetric heap")
+                                .into(),
+                        )
                     })?,
                 ))
             };

@@ -11,50 +11,66 @@ struct Buffers {
 }
 
 /// Runs a collective of `team` on bytes.
-///
-/// The team is lent by reference next to the endpoint (the state's fields borrowed
-/// apart), not cloned: a clone of its handle was two atomic read-modify-writes of a
-/// reference count on every call, a third of what `shmem_broadcastmem` of 8 bytes
-/// added to gex-coll's broadcast on 2 PEs (2026-12-01).
+#[inline(always)]
 fn coll_team<R>(
-    name: &str,
     team: *mut c_void,
     f: impl FnOnce(&mut gex_facade::OwnedEndpoint, &Team) -> Result<R, ShmemError>,
 ) -> Result<R, ShmemError> {
-    let _ = name;
-    with(|s| {
-        let state::State { ep, teams, .. } = s;
-        let t = teams
-            .get(team_index(team))
-            .and_then(Option::as_ref)
-            .ok_or(ShmemError::BadTeam)?;
-        f(ep, &t.team)
-    })
+    let mut g = state::state()?;
+    let (ep, t) = ep_and_team(&mut g, team)?;
+    f(ep, t)
+}
+
+/// The endpoint and the team of handle `team`, borrowed apart.
+///
+/// The team is lent by reference next to the endpoint, not cloned: a clone of its
+/// handle was two atomic read-modify-writes of a reference count on every call, a
+/// third of what `shmem_broadcastmem` of 8 bytes added to gex-coll's broadcast on 2
+/// PEs (2026-12-01).
+///
+/// # Errors
+/// [`ShmemError::BadTeam`].
+#[inline(always)]
+fn ep_and_team(
+    s: &mut state::State,
+    team: *mut c_void,
+) -> Result<(&mut gex_facade::OwnedEndpoint, &Team), ShmemError> {
+    let state::State { ep, teams, .. } = s;
+    let t = teams
+        .get(team_index(team))
+        .and_then(Option::as_ref)
+        .ok_or(ShmemError::BadTeam)?;
+    Ok((ep, &t.team))
 }
 
 /// Broadcast of `n` bytes from team rank `root`'s `src` to every member's `dst`.
+///
+/// Straight-line (the state held by a guard, no closure): the 8-byte broadcast on 2
+/// PEs is paced by the stores of a call (docs/coll.md, *Met on 2026-12-01 by storing
+/// less*), and a closure's captures and result went through the stack.
+#[inline(always)]
 unsafe fn broadcast_bytes(b: Buffers, n: usize, root: c_int) -> Result<c_int, ShmemError> {
     let Buffers { team, dst, src } = b;
-    coll_team("broadcast", team, |ep, t| {
-        let root = u32::try_from(root)
-            .ok()
-            .filter(|&r| r < t.size())
-            .ok_or(ShmemError::BadPe(root))?;
-        if t.rank() == root && n > 0 {
-            if src.is_null() || dst.is_null() {
-                return Err(ShmemError::Invalid("NULL source or destination".into()));
-            }
-            // SAFETY: the caller's `n` readable bytes at `src` and writable at `dst`;
-            // `copy` allows them to overlap (or be the same).
-            unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), n) };
+    let mut g = state::state()?;
+    let (ep, t) = ep_and_team(&mut g, team)?;
+    let root = u32::try_from(root)
+        .ok()
+        .filter(|&r| r < t.size())
+        .ok_or(ShmemError::BadPe(root))?;
+    if t.rank() == root && n > 0 {
+        if src.is_null() || dst.is_null() {
+            return Err(ShmemError::Invalid("NULL source or destination".into()));
         }
-        // In place in the caller's destination (no copy, no allocation; gex-coll's
-        // shared-memory path when it is in the symmetric heap): the root's holds the data.
-        // SAFETY: the caller's destination.
-        let d = unsafe { wr(dst, n) }?;
-        ep.collective(t, Broadcast::in_place(root, d), Blocking)?;
-        Ok(0)
-    })
+        // SAFETY: the caller's `n` readable bytes at `src` and writable at `dst`;
+        // `copy` allows them to overlap (or be the same).
+        unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), n) };
+    }
+    // In place in the caller's destination (no copy, no allocation; gex-coll's
+    // shared-memory path when it is in the symmetric heap): the root's holds the data.
+    // SAFETY: the caller's destination.
+    let d = unsafe { wr(dst, n) }?;
+    ep.collective(t, Broadcast::in_place(root, d), Blocking)?;
+    Ok(0)
 }
 
 /// Every member's `n` bytes, in team-rank order.
@@ -68,7 +84,7 @@ fn gather_all(
 
 unsafe fn fcollect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
     let Buffers { team, dst, src } = b;
-    coll_team("fcollect", team, |ep, t| {
+    coll_team(team, |ep, t| {
         let total = bytes(n, t.size() as usize)?;
         let (a, b) = (src as usize, dst as usize);
         if n > 0 && (a.saturating_add(n) <= b || b.saturating_add(total) <= a) {
@@ -90,7 +106,7 @@ unsafe fn fcollect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
 
 unsafe fn collect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
     let Buffers { team, dst, src } = b;
-    coll_team("collect", team, |ep, t| {
+    coll_team(team, |ep, t| {
         let counts = gather_all(ep, t, (n as u64).to_ne_bytes().to_vec())?;
         let counts: Vec<usize> = counts
             .chunks_exact(8)
@@ -122,7 +138,7 @@ unsafe fn alltoalls_bytes(
     size: usize,
 ) -> Result<c_int, ShmemError> {
     let Buffers { team, dst, src } = b;
-    coll_team("alltoall", team, |ep, t| {
+    coll_team(team, |ep, t| {
         let p = t.size() as usize;
         let mut packed = Vec::with_capacity(p * n * size);
         for j in 0..p * n {
@@ -255,7 +271,7 @@ unsafe fn reduce<T: Elem>(
     f: impl Fn(T, T) -> T,
 ) -> Result<c_int, ShmemError> {
     let len = bytes(n, T::SIZE)?;
-    coll_team("reduce", team, |ep, t| {
+    coll_team(team, |ep, t| {
         // SAFETY: the caller's source.
         let mine = unsafe { rd(src, len) }?.to_vec();
         let all = gather_all(ep, t, mine)?;
@@ -292,7 +308,7 @@ pub unsafe extern "C" fn gexshmem_reduce_with(
     entry("reduce", || {
         let f = combine.ok_or_else(|| ShmemError::Invalid("NULL combine".into()))?;
         let len = bytes(nreduce, size)?;
-        coll_team("reduce", team, |ep, t| {
+        coll_team(team, |ep, t| {
             // SAFETY: the caller's source.
             let mine = unsafe { rd(source, len) }?.to_vec();
             let all = gather_all(ep, t, mine)?;
@@ -326,7 +342,7 @@ unsafe fn reduce_coll<T: gex_facade::coll::Elem>(
     op: &ReduceOp<T>,
 ) -> Result<c_int, ShmemError> {
     let len = bytes(n, size_of::<T>())?;
-    coll_team("reduce", team, |ep, t| {
+    coll_team(team, |ep, t| {
         if n == 0 {
             return Ok(0);
         }

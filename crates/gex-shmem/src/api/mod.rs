@@ -61,6 +61,7 @@ unsafe fn rd<'a>(p: *const c_void, len: usize) -> Result<&'a [u8], ShmemError> {
 ///
 /// # Safety
 /// `p` is valid for writing `len` bytes for `'a`, and not otherwise accessed meanwhile.
+#[inline(always)]
 unsafe fn wr<'a>(p: *mut c_void, len: usize) -> Result<&'a mut [u8], ShmemError> {
     if len == 0 {
         return Ok(&mut []);
@@ -74,7 +75,7 @@ unsafe fn wr<'a>(p: *mut c_void, len: usize) -> Result<&'a mut [u8], ShmemError>
 
 fn bytes(n: usize, size: usize) -> Result<usize, ShmemError> {
     n.checked_mul(size)
-        .ok_or_else(|| ShmemError::Invalid(format!("{n} elements of {size} bytes overflow")))
+        .ok_or_else(|| ShmemError::Invalid(format!("{n} elements of {size} bytes overflow").into()))
 }
 
 /// The address of element `i` of the strided array at `base` (a stride of `stride`

@@ -91,7 +91,7 @@ unsafe fn put_signal_n(x: Xfer, sig: *mut u64, signal: u64, op: c_int) -> Result
     let amo = match op {
         SIGNAL_SET => Amo::Set,
         SIGNAL_ADD => Amo::Add,
-        _ => return Err(ShmemError::Invalid(format!("signal operator {op}"))),
+        _ => return Err(ShmemError::Invalid(format!("signal operator {op}").into())),
     };
     with(|s| {
         let pe = s.pe(pe)?;

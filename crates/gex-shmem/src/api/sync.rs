@@ -29,7 +29,11 @@ fn compare<T: PartialOrd>(a: T, cmp: c_int, b: T) -> Result<bool, ShmemError> {
         3 => a <= b,
         4 => a < b,
         5 => a >= b,
-        _ => return Err(ShmemError::Invalid(format!("comparison operator {cmp}"))),
+        _ => {
+            return Err(ShmemError::Invalid(
+                format!("comparison operator {cmp}").into(),
+            ));
+        }
     })
 }
 

@@ -105,11 +105,7 @@ pub(crate) fn quiet_direct() -> bool {
 /// Polls the endpoint once if no other thread holds the state (that one polls): calls
 /// that may be spun on serve the others' active messages.
 pub(super) fn serve() {
-    if let Ok(mut g) = STATE.try_lock() {
-        if let Some(s) = g.as_mut() {
-            s.ep.poll();
-        }
-    }
+    try_with(|s| s.ep.poll());
 }
 
 /// The published PE, PE number `pe` checked (its world PE), and where this process

@@ -104,9 +104,9 @@ fn heap_size() -> Result<usize, ShmemError> {
     for var in ["GEX_SHMEM_HEAP", "SHMEM_SYMMETRIC_SIZE"] {
         if let Ok(v) = std::env::var(var) {
             return parse_size(&v).ok_or_else(|| {
-                ShmemError::Config(format!(
-                    "{var}={v}: not a size (bytes, with an optional K, M or G)"
-                ))
+                ShmemError::Config(
+                    format!("{var}={v}: not a size (bytes, with an optional K, M or G)").into(),
+                )
             });
         }
     }
@@ -136,8 +136,8 @@ pub(crate) fn parse_size(v: &str) -> Option<usize> {
 /// Initialises the PE (collective). A second call while initialised does nothing.
 pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
     let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = g.as_ref() {
-        return Ok(s.thread_level);
+    if let Some(p) = published() {
+        return Ok(p.thread_level);
     }
     if FINALIZED.load(Ordering::Acquire) {
         return Err(ShmemError::Finalized);
@@ -159,9 +159,9 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
     // that alignments up to it hold on every PE; the offsets differ, so they are exchanged.
     let pad = seg.next_multiple_of(HEAP_ALIGN) - seg;
     if pad >= seg_len {
-        return Err(ShmemError::Config(format!(
-            "a segment of {seg_len} bytes has no room for the heap"
-        )));
+        return Err(ShmemError::Config(
+            format!("a segment of {seg_len} bytes has no room for the heap").into(),
+        ));
     }
     let pads: Vec<u64> = ep.collective(&world, GatherAll::new(vec![pad as u64]), Blocking)?;
     let pads: Vec<usize> = pads.into_iter().map(|p| p as usize).collect();
@@ -192,7 +192,7 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
     if let Some(p) = PE.get() {
         PUB.store(std::ptr::from_ref(p).cast_mut(), Ordering::Release);
     }
-    *g = Some(State {
+    let mut s = State {
         client: Some(client),
         ep,
         world: world.clone(),
@@ -220,11 +220,9 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
             }),
         ],
         ctxs: Vec::new(),
-        thread_level: level,
-    });
-    if let Some(s) = g.as_mut() {
-        s.set_ctx(0, Some(0));
-    }
+    };
+    s.set_ctx(0, Some(0));
+    place(&mut g, s, level);
     Ok(level)
 }
 
@@ -362,7 +360,7 @@ fn mapped_heaps(ep: &OwnedEndpoint, pads: &[usize], heap_len: usize) -> Vec<(usi
 /// Finalises the PE (collective): quiet, barrier, close.
 pub(crate) fn finalize() -> Result<(), ShmemError> {
     let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(mut s) = g.take() else {
+    let Some(mut s) = take(&mut g)? else {
         return Ok(());
     };
     FINALIZED.store(true, Ordering::Release);

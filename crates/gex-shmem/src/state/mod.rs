@@ -14,11 +14,26 @@
 //!
 //! Everything else (the endpoint and its operations to PEs that are not mapped or to
 //! static data, the heap allocator, teams, contexts, collectives) is the [`State`],
-//! behind one process-wide lock taken for the time of one operation; the waits
+//! held by one operation at a time ([`state`], a [`StateGuard`]). A context's own
+//! endpoint ([`Slot`]) is outside it: its puts, gets and quiet to PEs that are not
+//! mapped take no lock (private context) or the slot's own.
+//!
+//! ## One thread's state
+//! At thread levels `SHMEM_THREAD_SINGLE` (what `shmem_init` grants) and
+//! `SHMEM_THREAD_FUNNELED` only the thread that initialised may call (OpenSHMEM 1.5,
+//! 9.2), so the state is that thread's ([`OWNED_STATE`]): reached without a lock,
+//! through a thread-local role that says whether this thread is the owner and whether
+//! one of its calls holds the state. A call from another thread that needs the state
+//! is refused ([`ThreadMisuse::NotInitThread`]: the job ends with a message), as is a
+//! call made while one of this thread's calls holds it ([`ThreadMisuse::Reentered`]).
+//! The lock was two locked instructions per call, each a full fence: on a 2-PE
+//! `shmem_broadcastmem` of 8 bytes each waited for the line the call had just
+//! published to reach the other PE.
+//!
+//! At `SHMEM_THREAD_SERIALIZED` and `SHMEM_THREAD_MULTIPLE` the state is behind one
+//! process-wide lock ([`STATE`]) taken for the time of one operation; the waits
 //! (`wait_until`, `test`, locks) take it once per poll, so that other threads get
-//! their turn (`SHMEM_THREAD_MULTIPLE`). A context's own endpoint ([`Slot`]) is
-//! outside it: its puts, gets and quiet to PEs that are not mapped take no lock
-//! (private context) or the slot's own.
+//! their turn.
 //!
 //! ## Finalize and calls racing it
 //! Calls after `shmem_finalize` are erroneous (OpenSHMEM 1.5, 9.1.5); here they report
@@ -46,14 +61,16 @@
 //! `shmem_finalize`.
 #![allow(unsafe_code)]
 
-use crate::error::ShmemError;
+use crate::error::{ShmemError, ThreadMisuse};
 use crate::heap::Heap;
 use gex_facade::prelude::*;
 use gex_facade::rma::AtomicDomain;
 use gex_facade::{Client, OwnedEndpoint};
 use gex_sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_int;
-use std::sync::{Mutex, OnceLock};
+use std::ptr::NonNull;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// What every fast path reads: published once by `shmem_init` (in [`PE`]), never
 /// changed or freed afterwards (module documentation).
@@ -180,8 +197,6 @@ pub(crate) struct State {
     pub(crate) teams: Vec<Option<TeamEntry>>,
     /// Contexts by handle index (0: the default context): the team each was made on.
     pub(crate) ctxs: Vec<Option<usize>>,
-    /// The thread level granted.
-    pub(crate) thread_level: i32,
 }
 
 /// A team and its configuration.
@@ -246,42 +261,229 @@ static REPLY_BUF: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 /// Set by a handler that refused an access outside the static data.
 static REMOTE_FAULT: AtomicU32 = AtomicU32::new(0);
 
-/// Runs `f` on the state.
+/// This thread's role at the thread levels whose state is the initialising thread's
+/// ([`OWNED`]): not the owner, the owner with no call holding the state, or the owner
+/// inside such a call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Other,
+    Idle,
+    Busy,
+}
+
+thread_local! {
+    /// This thread's [`Role`]: [`Role::Idle`] or [`Role::Busy`] on the thread that
+    /// called `shmem_init` at `SHMEM_THREAD_SINGLE` or `SHMEM_THREAD_FUNNELED`, and
+    /// only there.
+    static ROLE: Cell<Role> = const { Cell::new(Role::Other) };
+}
+
+/// Set by `shmem_init` at thread levels `SHMEM_THREAD_SINGLE` and
+/// `SHMEM_THREAD_FUNNELED` (at most one thread ever may call then): the state is
+/// in [`OWNED_STATE`], reached by that thread alone and without a lock, and [`STATE`]
+/// stays empty. Never cleared (a program initialises once).
+static OWNED: AtomicBool = AtomicBool::new(false);
+
+/// The state at the levels of [`OWNED`].
+struct OwnedState(UnsafeCell<Option<State>>);
+
+// SAFETY: the cell is reached only by the thread whose `ROLE` is not `Role::Other`
+// ([`owned_state`], [`take`], [`try_with`]), and that is one thread for the life of
+// the process: `place` sets it on the initialising thread once (under the `STATE`
+// lock, `shmem_init` refusing a second initialisation), nothing sets it anywhere else,
+// and a thread's thread-locals start as `Role::Other`. (`State` is `Send`: it may be
+// created and dropped on that one thread only, but moves nowhere else either.)
+unsafe impl Sync for OwnedState {}
+
+static OWNED_STATE: OwnedState = OwnedState(UnsafeCell::new(None));
+
+/// The state, held for one operation: the initialising thread's at thread levels
+/// `SHMEM_THREAD_SINGLE` and `SHMEM_THREAD_FUNNELED` (no lock: its [`Role`] is
+/// [`Role::Busy`] meanwhile), else behind [`STATE`]'s lock.
+///
+/// A guard rather than a closure: an entry point then holds the state in its own
+/// frame, without passing a closure and its result through the stack.
+pub(crate) struct StateGuard(Held);
+
+enum Held {
+    /// The owner's state; `role`: the owner's [`ROLE`].
+    Owned {
+        state: NonNull<State>,
+        role: NonNull<Cell<Role>>,
+    },
+    Locked(MutexGuard<'static, Option<State>>),
+}
+
+impl std::ops::Deref for StateGuard {
+    type Target = State;
+    #[inline(always)]
+    fn deref(&self) -> &State {
+        match &self.0 {
+            // SAFETY: `state` is the owner's state, which only this guard reaches
+            // while the owner's role is `Busy` (`owned_state`); the guard is not
+            // `Send` (raw pointers), so it is used on the owner's thread.
+            Held::Owned { state, .. } => unsafe { state.as_ref() },
+            Held::Locked(g) => g.as_ref().unwrap_or_else(|| unreachable!()),
+        }
+    }
+}
+
+impl std::ops::DerefMut for StateGuard {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut State {
+        match &mut self.0 {
+            // SAFETY: as in `deref`; `&mut self` makes this the only reference
+            // through the guard.
+            Held::Owned { state, .. } => unsafe { state.as_mut() },
+            Held::Locked(g) => g.as_mut().unwrap_or_else(|| unreachable!()),
+        }
+    }
+}
+
+impl Drop for StateGuard {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let Held::Owned { role, .. } = &self.0 {
+            // SAFETY: `role` is this thread's `ROLE` (the guard is not `Send`), which
+            // lives as long as the thread.
+            unsafe { role.as_ref() }.set(Role::Idle);
+        }
+    }
+}
+
+/// The state, held until the guard is dropped.
 ///
 /// # Errors
-/// [`ShmemError::NotInitialized`], or `f`'s.
-pub(crate) fn with<R>(
-    f: impl FnOnce(&mut State) -> Result<R, ShmemError>,
-) -> Result<R, ShmemError> {
-    let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    match g.as_mut() {
-        Some(s) => f(s),
+/// [`ShmemError::NotInitialized`]; [`ShmemError::Thread`]: a call from a thread other
+/// than the initialising one at thread level `SHMEM_THREAD_SINGLE` or
+/// `SHMEM_THREAD_FUNNELED`, or from inside a call holding the state on this thread.
+#[inline(always)]
+pub(crate) fn state() -> Result<StateGuard, ShmemError> {
+    if OWNED.load(Ordering::Relaxed) {
+        return owned_state();
+    }
+    let g = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    if g.is_none() {
+        return Err(ShmemError::NotInitialized);
+    }
+    Ok(StateGuard(Held::Locked(g)))
+}
+
+/// [`state`] at the levels of [`OWNED`].
+#[inline(always)]
+fn owned_state() -> Result<StateGuard, ShmemError> {
+    let role = ROLE.with(|r| NonNull::from(r));
+    // SAFETY: this thread's thread-local (no destructor: reachable until the thread
+    // ends).
+    let r = unsafe { role.as_ref() };
+    if r.get() != Role::Idle {
+        return Err(not_here(r.get()));
+    }
+    // SAFETY: this thread is the owner (`Role::Idle`), the only thread that reaches
+    // `OWNED_STATE` (its `Sync` impl), and no guard of it is alive (it would have
+    // made the role `Busy`): this is the only reference.
+    match unsafe { (*OWNED_STATE.0.get()).as_mut() } {
+        Some(s) => {
+            r.set(Role::Busy);
+            Ok(StateGuard(Held::Owned {
+                state: NonNull::from(s),
+                role,
+            }))
+        }
         None => Err(ShmemError::NotInitialized),
     }
 }
+
+/// Runs `f` on the state.
+///
+/// # Errors
+/// As [`state`], or `f`'s.
+#[inline(always)]
+pub(crate) fn with<R>(
+    f: impl FnOnce(&mut State) -> Result<R, ShmemError>,
+) -> Result<R, ShmemError> {
+    f(&mut *state()?)
+}
+
+/// Why a thread of role `role` that is not `Idle` cannot have the state of a level
+/// whose state is the initialising thread's.
+#[cold]
+fn not_here(role: Role) -> ShmemError {
+    match (role, published()) {
+        (Role::Busy, _) => ShmemError::Thread(ThreadMisuse::Reentered),
+        (_, Some(p)) => ShmemError::Thread(ThreadMisuse::NotInitThread(p.thread_level)),
+        (_, None) => ShmemError::NotInitialized,
+    }
+}
+
+/// Runs `f` on the state if no call holds it (this thread's or, at the levels with a
+/// lock, any thread's); `None` otherwise or when not initialised.
+fn try_with<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
+    if OWNED.load(Ordering::Relaxed) {
+        return owned_state().ok().map(|mut g| f(&mut g));
+    }
+    STATE.try_lock().ok()?.as_mut().map(f)
+}
+
+/// Places the state of a PE just initialised at thread level `level`: the calling
+/// thread's at `SHMEM_THREAD_SINGLE` and `SHMEM_THREAD_FUNNELED`, else behind the
+/// lock (`g`, [`STATE`]'s guard, which `init` holds).
+fn place(g: &mut Option<State>, s: State, level: i32) {
+    if level <= THREAD_FUNNELED {
+        // SAFETY: no thread has a role yet (`init` runs once: `FINALIZED` and `PE`
+        // refuse a second one, and it holds the `STATE` lock), so no thread reaches
+        // `OWNED_STATE`; from the next line on only this one does.
+        unsafe { *OWNED_STATE.0.get() = Some(s) };
+        ROLE.with(|r| r.set(Role::Idle));
+        OWNED.store(true, Ordering::Release);
+    } else {
+        *g = Some(s);
+    }
+}
+
+/// Takes the state out for `shmem_finalize` (`g`: [`STATE`]'s guard); `Ok(None)` when
+/// not initialised or finalised already.
+///
+/// # Errors
+/// As [`state`].
+fn take(g: &mut Option<State>) -> Result<Option<State>, ShmemError> {
+    if !OWNED.load(Ordering::Relaxed) {
+        return Ok(g.take());
+    }
+    let role = ROLE.with(Cell::get);
+    if role != Role::Idle {
+        return Err(not_here(role));
+    }
+    // SAFETY: this thread is the owner and holds no guard (`Role::Idle`): the only
+    // reference to `OWNED_STATE` (its `Sync` impl).
+    Ok(unsafe { (*OWNED_STATE.0.get()).take() })
+}
+
+/// `SHMEM_THREAD_FUNNELED`: at it and below, the state is the initialising thread's.
+pub(crate) const THREAD_FUNNELED: i32 = 1;
 
 /// Ends the whole job with `code` from this PE (`shmem_global_exit`): gex's launcher
 /// ends every other PE and the job exits with `code`. Without a client, ends this
 /// process.
 pub(crate) fn exit_job(code: i32) -> ! {
-    if let Ok(mut g) = STATE.try_lock() {
-        if let Some(s) = g.as_mut() {
-            let _ = s.quiet();
-            if let Some(c) = s.client.as_ref() {
-                c.exit(code)
-            }
+    try_with(|s| {
+        let _ = s.quiet();
+        if let Some(c) = s.client.as_ref() {
+            c.exit(code)
         }
-    }
+    });
     std::process::exit(code)
 }
 
-/// Aborts the whole job with a message (a failed call), or this process without a client.
+/// Aborts the whole job with a message (a failed call), or this process without a client
+/// (also from a thread that cannot reach the state: gex-run ends the job when a PE
+/// exits with a failure).
 pub(crate) fn abort_job(msg: &str) -> ! {
-    if let Ok(g) = STATE.try_lock() {
-        if let Some(c) = g.as_ref().and_then(|s| s.client.as_ref()) {
+    try_with(|s| {
+        if let Some(c) = s.client.as_ref() {
             c.abort(1, msg)
         }
-    }
+    });
     eprintln!("{msg}");
     std::process::exit(1)
 }
