@@ -318,9 +318,7 @@ impl Coll {
             Ok(_) => match self.teams.lend_world() {
                 Some(world) => Some(world),
                 None => {
-                    return Err(Box::new(CollError::Layer(
-                        "the world team is lent already",
-                    )));
+                    return Err(Box::new(CollError::Layer("the world team is lent already")));
                 }
             },
             Err(e) => return Err(Box::new(e)),
