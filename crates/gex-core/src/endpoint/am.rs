@@ -420,7 +420,7 @@ impl<'a> Body<'a> {
 }
 
 /// The checks shared by requests and replies once the destination is known to exist.
-#[inline]
+#[inline(always)]
 pub(crate) fn check_body(
     limits: &Limits,
     owner: &[u8; 256],
@@ -484,7 +484,7 @@ fn check_long(
     }
 }
 
-#[inline]
+#[inline(always)]
 fn check_dst(shared: &Shared, dst: EpAddr) -> Result<(), AmError> {
     let size = shared.size;
     if dst.rank >= size {
@@ -501,7 +501,14 @@ fn check_dst(shared: &Shared, dst: EpAddr) -> Result<(), AmError> {
 }
 
 /// Every check of a request.
-#[inline]
+///
+/// Inline into its callers with the checks it makes (and so is `Core::request_msg`):
+/// out of line, its arguments went to the stack and its result came back through
+/// memory on every request. Measured with callgrind on `gex-perf am --test
+/// am_medium_rtt --sizes 32`, the requester's path per round trip went from 560
+/// instructions and 114 stores to 525 and 108 (the build before the one
+/// validate-then-inject: 518 and 99).
+#[inline(always)]
 pub(crate) fn check_request(
     shared: &Shared,
     owner: &[u8; 256],
@@ -560,7 +567,7 @@ impl<C: Conduit> Core<C> {
     /// Validates a request and builds its message: the one check of every request
     /// (the program's, a layer's and the owned-payload form's), `min_handler` telling
     /// which handlers the caller may address.
-    #[inline]
+    #[inline(always)]
     fn request_msg<'a>(
         &self,
         dst: EpAddr,

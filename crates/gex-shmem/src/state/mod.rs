@@ -26,9 +26,9 @@
 //! one of its calls holds the state. A call from another thread that needs the state
 //! is refused ([`ThreadMisuse::NotInitThread`]: the job ends with a message), as is a
 //! call made while one of this thread's calls holds it ([`ThreadMisuse::Reentered`]).
-//! The lock was two locked instructions per call, each a full fence: on a 2-PE
-//! `shmem_broadcastmem` of 8 bytes each waited for the line the call had just
-//! published to reach the other PE.
+//! The lock is two locked instructions per call, each a full barrier: measured on an
+//! 8-byte `shmem_broadcastmem` on 2 PEs, 6-8 ns of its 55-60 (docs/shmem.md,
+//! *Threads*).
 //!
 //! At `SHMEM_THREAD_SERIALIZED` and `SHMEM_THREAD_MULTIPLE` the state is behind one
 //! process-wide lock ([`STATE`]) taken for the time of one operation; the waits
