@@ -412,7 +412,11 @@ unsafe impl ConduitEp for SmpEp {
             self.tx.bells[g].get().ring();
             Ok(Injected::Sent)
         } else {
-            self.tx.inject_slow(g, msg)
+            // A copy for the slow path: the caller's message, built field by field
+            // (`inject` is inlined into the request), stays out of memory when its
+            // address does not leave this function.
+            let kept = *msg;
+            self.tx.inject_slow(g, &kept)
         }
     }
 

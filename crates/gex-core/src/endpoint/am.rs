@@ -639,7 +639,12 @@ impl<C: Conduit> Inner<C> {
         let msg = self.core.request_msg(dst, handler, body, min_handler)?;
         match self.core.inject_msg(&msg, false)? {
             Injected::Sent => Ok(false),
-            Injected::WouldBlock => self.request_retry(&msg),
+            Injected::WouldBlock => {
+                // A copy for the retry, so that `msg`'s address does not leave this
+                // function and its fields stay in registers on the first attempt.
+                let kept = msg;
+                self.request_retry(&kept)
+            }
         }
     }
 
