@@ -16,6 +16,8 @@ shift
 configs=("$@")
 [[ ${#configs[@]} -gt 0 ]] || configs=(smp smp-am ofi)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=crates/gex-shmem/tests/expect.sh
+source "$here/expect.sh"
 work="$(mktemp -d /tmp/gex-shctx.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 "$prefix/bin/oshcc" -std=c11 -O1 -g -Wall -Werror -pthread "$here/contexts.c" -o "$work/contexts" \
@@ -34,13 +36,7 @@ for c in "${configs[@]}"; do
         envs+=(GEX_CONDUIT=ofi GEX_OFI_PROVIDER=tcp EXPECT_CTX_EP=1) ;;
     *) echo "contexts.sh: unknown configuration $c" >&2; exit 2 ;;
     esac
-    if env "${envs[@]}" timeout 60 "$prefix/bin/oshrun" -n 2 "$work/contexts" >"$work/$c.out" 2>&1 \
-        && grep -q '^contexts: ok' "$work/$c.out"; then
-        echo "contexts.sh: $c: $(grep '^contexts: ok' "$work/$c.out")"
-    else
-        echo "contexts.sh: $c: FAILED; its output:" >&2
-        tail -n 20 "$work/$c.out" >&2
-        failed=1
-    fi
+    expect_ok "contexts.sh: $c" contexts "$work/$c.out" \
+        env "${envs[@]}" "$prefix/bin/oshrun" -n 2 "$work/contexts" || failed=1
 done
 exit $failed

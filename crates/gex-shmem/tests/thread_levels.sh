@@ -10,20 +10,16 @@ set -uo pipefail
 [[ $# -eq 1 ]] || { echo "usage: thread_levels.sh PREFIX" >&2; exit 2; }
 prefix="$1"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=crates/gex-shmem/tests/expect.sh
+source "$here/expect.sh"
 work="$(mktemp -d /tmp/gex-shthr.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 "$prefix/bin/oshcc" -std=c11 -O1 -g -Wall -Werror -pthread "$here/thread_levels.c" -o "$work/thread_levels" \
     || { echo "thread_levels.sh: oshcc failed" >&2; exit 1; }
 failed=0
 for mode in funneled serialized; do
-    if timeout 60 "$prefix/bin/oshrun" -n 2 "$work/thread_levels" "$mode" >"$work/$mode.out" 2>&1 \
-        && grep -q '^thread_levels: ok' "$work/$mode.out"; then
-        echo "thread_levels.sh: $mode: $(grep '^thread_levels: ok' "$work/$mode.out")"
-    else
-        echo "thread_levels.sh: $mode: FAILED; its output:" >&2
-        tail -n 20 "$work/$mode.out" >&2
-        failed=1
-    fi
+    expect_ok "thread_levels.sh: $mode" thread_levels "$work/$mode.out" \
+        "$prefix/bin/oshrun" -n 2 "$work/thread_levels" "$mode" || failed=1
 done
 # The intruder must fail, with the library's message (not a hang, not a crash).
 timeout 60 "$prefix/bin/oshrun" -n 2 "$work/thread_levels" intruder >"$work/intruder.out" 2>&1

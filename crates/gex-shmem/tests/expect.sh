@@ -1,0 +1,16 @@
+# Sourced by contexts.sh and thread_levels.sh (not run by itself).
+#
+# expect_ok TAG NAME OUT CMD...: runs CMD under a 60 s timeout with its output in OUT;
+# passes (printing TAG and the program's "NAME: ok" line) if it exits 0 and printed that
+# line, else prints TAG, FAILED and the output's last lines and returns 1.
+expect_ok() {
+    local tag="$1" name="$2" out="$3"
+    shift 3
+    if timeout 60 "$@" >"$out" 2>&1 && grep -q "^$name: ok" "$out"; then
+        echo "$tag: $(grep "^$name: ok" "$out")"
+    else
+        echo "$tag: FAILED; its output:" >&2
+        tail -n 20 "$out" >&2
+        return 1
+    fi
+}
