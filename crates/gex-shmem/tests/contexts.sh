@@ -18,10 +18,7 @@ configs=("$@")
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=crates/gex-shmem/tests/expect.sh
 source "$here/expect.sh"
-work="$(mktemp -d /tmp/gex-shctx.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
-"$prefix/bin/oshcc" -std=c11 -O1 -g -Wall -Werror -pthread "$here/contexts.c" -o "$work/contexts" \
-    || { echo "contexts.sh: oshcc failed" >&2; exit 1; }
+build_test "$prefix" contexts
 failed=0
 for c in "${configs[@]}"; do
     envs=(GEX_MAX_ENDPOINTS=16)

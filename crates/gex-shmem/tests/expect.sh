@@ -1,4 +1,4 @@
-# Sourced by contexts.sh and thread_levels.sh (not run by itself).
+# Sourced by contexts.sh and thread_levels.sh (not run by itself): expect_ok, build_test.
 #
 # expect_ok TAG NAME OUT CMD...: runs CMD under a 60 s timeout with its output in OUT;
 # passes (printing TAG and the program's "NAME: ok" line) if it exits 0 and printed that
@@ -13,4 +13,16 @@ expect_ok() {
         tail -n 20 "$out" >&2
         return 1
     fi
+}
+
+# build_test PREFIX NAME: makes $work (a directory removed when the script exits) and
+# builds tests/NAME.c into $work/NAME with PREFIX's oshcc (exits the script if that fails).
+build_test() {
+    local src
+    src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$2.c"
+    work="$(mktemp -d "/tmp/gex-sh-$2.XXXXXX")"
+    # shellcheck disable=SC2064 # $work is expanded now, on purpose
+    trap "rm -rf '$work'" EXIT
+    "$1/bin/oshcc" -std=c11 -O1 -g -Wall -Werror -pthread "$src" -o "$work/$2" \
+        || { echo "$2.sh: oshcc failed" >&2; exit 1; }
 }

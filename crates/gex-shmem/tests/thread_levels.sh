@@ -12,10 +12,7 @@ prefix="$1"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=crates/gex-shmem/tests/expect.sh
 source "$here/expect.sh"
-work="$(mktemp -d /tmp/gex-shthr.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
-"$prefix/bin/oshcc" -std=c11 -O1 -g -Wall -Werror -pthread "$here/thread_levels.c" -o "$work/thread_levels" \
-    || { echo "thread_levels.sh: oshcc failed" >&2; exit 1; }
+build_test "$prefix" thread_levels
 failed=0
 for mode in funneled serialized; do
     expect_ok "thread_levels.sh: $mode" thread_levels "$work/$mode.out" \
