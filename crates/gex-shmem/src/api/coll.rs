@@ -10,8 +10,8 @@ struct Buffers {
     src: *const c_void,
 }
 
-/// Runs a collective of `team` on bytes.
-#[inline(always)]
+/// Runs a collective of `team` on bytes (the broadcast inlines the same two steps:
+/// [`broadcast_bytes`]).
 fn coll_team<R>(
     team: *mut c_void,
     f: impl FnOnce(&mut gex_facade::OwnedEndpoint, &Team) -> Result<R, ShmemError>,
