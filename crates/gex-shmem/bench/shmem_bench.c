@@ -3,17 +3,26 @@
  * builds and runs it; docs/shmem.md ("Measuring against Open MPI's oshmem").
  *
  * Point-to-point cells run between PE 0 and PE 1 (the other PEs wait in
- * shmem_barrier_all); collective cells run on every PE. Each cell runs one warm-up batch,
- * then BENCH_BATCHES timed batches; PE 0 prints the median batch, one line per cell:
+ * shmem_barrier_all); collective cells run on every PE. Each cell's batch length is
+ * calibrated to a time budget, as gex-perf's timing loop (gex-tune's measure.rs) does:
+ * a trial batch doubles until it lasts a quarter of BENCH_BATCH_MS (on the slowest PE,
+ * for the collectives: every PE runs the same count), and the timed batches are four
+ * times that. Then one warm-up batch and BENCH_BATCHES timed batches, each collective
+ * batch started by a barrier; PE 0 prints the median batch, one line per cell:
  *
  *     BENCH <name> <size in bytes> <value> <unit>
  *
  * then `BENCH_DONE`, and only then calls shmem_finalize (so a library that fails inside
  * shmem_finalize has printed every figure before). Environment:
- *     BENCH_ITERS    operations per latency batch (default 10000; collectives and
- *                    bandwidth windows scale down from it)
+ *     BENCH_BATCH_MS time budget of one batch, in ms (default 40, gex-perf's)
+ *     BENCH_ITERS    fixed operations per latency batch instead of the budget (collectives
+ *                    and bandwidth windows scale down from it: a tenth, a hundredth);
+ *                    for quick checks
  *     BENCH_BATCHES  timed batches per cell (default 9)
  *     BENCH_WINDOW   puts per bandwidth window before shmem_quiet (default 16)
+ * A fixed count made a batch of 8-byte broadcasts on 2 PEs last 60 us, and at 8 PEs on
+ * 2 cores left a batch to the scheduler's timing of the PEs' exits from the barrier
+ * before it: docs/performance.md, "Batches sized by time".
  * Every cell's effect is checked (the data put, got, incremented, broadcast, reduced);
  * a wrong value prints `BENCH_ERROR ...` and ends the job with shmem_global_exit(1).
  *
@@ -40,7 +49,8 @@
 #define RED_MAX (65536L / (long)sizeof(long))
 
 static int me, npes;
-static long iters, batches, window;
+static long iters, batches, window, batch_ms;
+static long *calib_long; /* npes flags: which PEs found the trial batch long enough */
 
 /* Symmetric objects (heap). */
 static char *bw_dst;     /* BW_MAX bytes, target of puts and source of gets */
@@ -81,13 +91,42 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Runs op(n) once as warm-up, then `batches` times; returns PE 0's median seconds per
- * batch (0 on other PEs). pair: only PE 0 runs it (the others wait in the barrier);
- * otherwise every PE runs every batch, each batch started by a barrier. */
-static double measure(void (*op)(long), long n, int pair) {
+/* The calls per timed batch of op: `fixed` when BENCH_ITERS is set; otherwise a trial
+ * batch doubles until it lasts a quarter of the budget, then four times that. pair: PE 0
+ * alone decides (the others wait in the barrier); otherwise every PE times the trial and
+ * they agree on the slowest (each PE's verdict put to every PE, then a barrier). */
+static long calibrate(void (*op)(long), long fixed, int pair) {
+    if (iters > 0) return fixed;
+    double quarter = 0.25e-3 * (double)batch_ms;
+    for (long k = 1;; k *= 2) {
+        long mine = 0, any = 0;
+        if (pair && me != 0) return 0; /* only PE 0 runs a pair cell */
+        if (!pair) shmem_barrier_all();
+        double t0 = now();
+        op(k);
+        mine = now() - t0 >= quarter || k >= (1L << 30);
+        if (pair) {
+            if (mine) return 4 * k;
+            continue;
+        }
+        for (int pe = 0; pe < npes; pe++) shmem_long_p(&calib_long[me], mine, pe);
+        shmem_barrier_all();
+        for (int pe = 0; pe < npes; pe++) any |= calib_long[pe];
+        shmem_barrier_all(); /* nobody overwrites a flag before every PE has read them */
+        if (any) return 4 * k;
+    }
+}
+
+/* Calibrates the batch (calibrate: `fixed` calls with BENCH_ITERS), runs one warm-up
+ * batch, then `batches` timed ones; returns PE 0's median seconds per call (0 on other
+ * PEs) and stores the calls per batch, known to every PE, in *used. pair: only PE 0 runs
+ * it (the others wait in the barrier); otherwise every PE runs every batch, each batch
+ * started by a barrier. */
+static double measure(void (*op)(long), long fixed, int pair, long *used) {
     double t[64], med = 0;
     long b, nb = batches > 64 ? 64 : batches;
     shmem_barrier_all();
+    long n = calibrate(op, fixed, pair);
     if (pair) {
         if (me == 0) {
             op(n);
@@ -96,7 +135,10 @@ static double measure(void (*op)(long), long n, int pair) {
                 op(n);
                 t[b] = now() - t0;
             }
+            for (int pe = 1; pe < npes; pe++) shmem_long_p(&calib_long[0], n, pe);
         }
+        shmem_barrier_all();
+        if (me != 0) n = calib_long[0];
     } else {
         op(n);
         for (b = 0; b < nb; b++) {
@@ -111,7 +153,8 @@ static double measure(void (*op)(long), long n, int pair) {
         qsort(t, (size_t)nb, sizeof t[0], cmp_double);
         med = nb % 2 ? t[nb / 2] : 0.5 * (t[nb / 2 - 1] + t[nb / 2]);
     }
-    return med;
+    *used = n;
+    return med / (double)n;
 }
 
 static void report(const char *name, long size, double value, const char *unit) {
@@ -186,7 +229,8 @@ int main(void) {
     shmem_init();
     me = shmem_my_pe();
     npes = shmem_n_pes();
-    iters = env_long("BENCH_ITERS", 10000);
+    iters = env_long("BENCH_ITERS", 0);
+    batch_ms = env_long("BENCH_BATCH_MS", 40);
     batches = env_long("BENCH_BATCHES", 9);
     window = env_long("BENCH_WINDOW", 16);
     if (npes < 2) {
@@ -195,6 +239,7 @@ int main(void) {
     }
     long coll_iters = iters / 10 > 0 ? iters / 10 : 1;
     long big_iters = iters / 100 > 0 ? iters / 100 : 1;
+    long n; /* calls per batch of the last cell */
 
     bw_dst = shmem_malloc(BW_MAX);
     lat_word = shmem_malloc(sizeof(long));
@@ -203,6 +248,7 @@ int main(void) {
     bc_dst = shmem_malloc(sizeof(long));
     red_src = shmem_malloc(RED_MAX * sizeof(long));
     red_dst = shmem_malloc(RED_MAX * sizeof(long));
+    calib_long = shmem_calloc((size_t)npes, sizeof(long));
 #if !BENCH_TEAMS
     long psync_len = SHMEM_REDUCE_SYNC_SIZE > SHMEM_BCAST_SYNC_SIZE ? SHMEM_REDUCE_SYNC_SIZE
                                                                    : SHMEM_BCAST_SYNC_SIZE;
@@ -216,7 +262,7 @@ int main(void) {
 #endif
     local_buf = malloc(BW_MAX);
     if (!bw_dst || !lat_word || !counter || !bc_src || !bc_dst || !red_src || !red_dst ||
-        !local_buf)
+        !calib_long || !local_buf)
         fail("allocation", 0, 1);
     memset(bw_dst, 0, BW_MAX);
     for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
@@ -232,32 +278,33 @@ int main(void) {
         int major = 0, minor = 0;
         shmem_info_get_name(name);
         shmem_info_get_version(&major, &minor);
-        printf("BENCH_INFO library \"%s\" version %d.%d pes %d iters %ld batches %ld window %ld "
+        printf("BENCH_INFO library \"%s\" version %d.%d pes %d batch %s %ld batches %ld window %ld "
                "collectives %s\n",
-               name, major, minor, npes, iters, batches, window,
+               name, major, minor, npes, iters > 0 ? "iters" : "ms", iters > 0 ? iters : batch_ms,
+               batches, window,
                BENCH_TEAMS ? "team(1.5)" : "active-set(1.4)");
         fflush(stdout);
     }
 
     double t;
     /* putmem 8 B: put + quiet, one-way. */
-    t = measure(op_put8, iters, 1);
-    report("putmem_lat", 8, 1e6 * t / (double)iters, "us");
+    t = measure(op_put8, iters, 1, &n);
+    report("putmem_lat", 8, 1e6 * t, "us");
     if (me == 1) {
         long v;
         memcpy(&v, lat_word, sizeof v);
-        if (v != iters - 1) fail("putmem 8 B: the last value", v, iters - 1);
+        if (v != n - 1) fail("putmem 8 B: the last value", v, n - 1);
     }
 
     /* putmem bandwidth: windows of puts, then quiet. */
     long bw_sizes[2] = {65536, BW_MAX};
     for (int k = 0; k < 2; k++) {
         bw_size = bw_sizes[k];
-        long n = k == 0 ? big_iters : (big_iters / 4 > 0 ? big_iters / 4 : 1);
+        long fixed = k == 0 ? big_iters : (big_iters / 4 > 0 ? big_iters / 4 : 1);
         memset(bw_dst, 0, BW_MAX);
         for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
-        t = measure(op_put_bw, n, 1);
-        report("putmem_bw", bw_size, (double)bw_size * (double)window * (double)n / t / 1e6, "MB/s");
+        t = measure(op_put_bw, fixed, 1, &n);
+        report("putmem_bw", bw_size, (double)bw_size * (double)window / t / 1e6, "MB/s");
         if (me == 1) {
             for (long i = 0; i < bw_size; i += 4093)
                 if (bw_dst[i] != (char)(i * 7 + 1)) fail("putmem bandwidth: a byte", bw_dst[i], (char)(i * 7 + 1));
@@ -269,8 +316,8 @@ int main(void) {
     if (me == 1) *lat_word = 0x600d;
     shmem_barrier_all();
     memset(local_buf, 0, 8);
-    t = measure(op_get8, iters, 1);
-    report("getmem_lat", 8, 1e6 * t / (double)iters, "us");
+    t = measure(op_get8, iters, 1, &n);
+    report("getmem_lat", 8, 1e6 * t, "us");
     if (me == 0) {
         long v;
         memcpy(&v, local_buf, sizeof v);
@@ -279,13 +326,13 @@ int main(void) {
     for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
 
     /* shmem_p (long) + quiet. */
-    t = measure(op_p, iters, 1);
-    report("p_lat", 8, 1e6 * t / (double)iters, "us");
-    if (me == 1 && *lat_word != iters - 1) fail("shmem_p: the last value", *lat_word, iters - 1);
+    t = measure(op_p, iters, 1, &n);
+    report("p_lat", 8, 1e6 * t, "us");
+    if (me == 1 && *lat_word != n - 1) fail("shmem_p: the last value", *lat_word, n - 1);
 
     /* atomic_fetch_inc to PE 1. */
-    t = measure(op_finc, iters, 1);
-    report("atomic_fetch_inc_lat", 8, 1e6 * t / (double)iters, "us");
+    t = measure(op_finc, iters, 1, &n);
+    report("atomic_fetch_inc_lat", 8, 1e6 * t, "us");
     shmem_barrier_all();
     if (me == 0) {
         long v = shmem_long_atomic_fetch(counter, 1);
@@ -293,12 +340,12 @@ int main(void) {
     }
 
     /* barrier_all, every PE. */
-    t = measure(op_barrier, coll_iters, 0);
-    report("barrier_all_lat", 0, 1e6 * t / (double)coll_iters, "us");
+    t = measure(op_barrier, coll_iters, 0, &n);
+    report("barrier_all_lat", 0, 1e6 * t, "us");
 
     /* broadcast 8 B from PE 0, every PE. */
-    t = measure(op_bcast8, coll_iters, 0);
-    report("broadcastmem_lat", 8, 1e6 * t / (double)coll_iters, "us");
+    t = measure(op_bcast8, coll_iters, 0, &n);
+    report("broadcastmem_lat", 8, 1e6 * t, "us");
     shmem_barrier_all();
     if (me != 0 && *bc_dst != 0x5eed) fail("broadcast 8 B: the value", *bc_dst, 0x5eed);
 
@@ -306,10 +353,10 @@ int main(void) {
     long red_sizes[2] = {1, RED_MAX};
     for (int k = 0; k < 2; k++) {
         red_n = red_sizes[k];
-        long n = k == 0 ? coll_iters : big_iters;
+        long fixed = k == 0 ? coll_iters : big_iters;
         for (long i = 0; i < RED_MAX; i++) red_dst[i] = -1;
-        t = measure(op_reduce, n, 0);
-        report("sum_reduce_lat", red_n * (long)sizeof(long), 1e6 * t / (double)n, "us");
+        t = measure(op_reduce, fixed, 0, &n);
+        report("sum_reduce_lat", red_n * (long)sizeof(long), 1e6 * t, "us");
         shmem_barrier_all();
         long base = (long)npes * (npes + 1) / 2;
         for (long i = 0; i < red_n; i += (red_n > 1 ? 1021 : 1))
@@ -327,6 +374,7 @@ int main(void) {
     shmem_free(psync[1]);
     shmem_free(psync[0]);
 #endif
+    shmem_free(calib_long);
     shmem_free(red_dst);
     shmem_free(red_src);
     shmem_free(bc_dst);
