@@ -199,7 +199,7 @@ macro_rules! coll_mem {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $f(team: *mut c_void, dest: *mut c_void, source: *const c_void, $($p: $t),*) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry($what, || unsafe { $call(Buffers { team, dst: dest, src: source }, $($a),*) })
+            entry($what, move || unsafe { $call(Buffers { team, dst: dest, src: source }, $($a),*) })
         }
     )* };
 }
