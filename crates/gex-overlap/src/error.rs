@@ -78,11 +78,29 @@ pub enum OverlapError {
         /// A byte offset in the range written (the first found).
         offset: usize,
     },
-    /// A delta send to a receive window on a rank whose segment this process does not
-    /// map (delta send-recv needs the same host: smp, thread ranks, `GEX_HYBRID=1`).
+    /// A receive window ([`DeltaExt::delta_recv_window`]) on an endpoint whose own
+    /// segment is not mapped in its process (the window's words are read there).
+    ///
+    /// [`DeltaExt::delta_recv_window`]: crate::DeltaExt::delta_recv_window
     #[error("rank {rank}'s segment is not mapped in this process")]
     Unmapped {
-        /// The receiver's rank.
+        /// The rank.
+        rank: u32,
+    },
+    /// A receive window ([`DeltaExt::delta_recv_window`]) on an endpoint without a
+    /// progress thread in a job with a rank whose segment this process does not map
+    /// (another host, over ofi without `GEX_HYBRID=1`): that rank's sends reach the
+    /// window through gex-rma, which completes at this endpoint only while it is
+    /// served, and a thread touching a pending page waits in the fault handler, where
+    /// nothing serves it. Build the client with a progress thread
+    /// (`GEX_PROGRESS_THREAD=1`), or map the peers (`GEX_HYBRID=1` on one host).
+    ///
+    /// [`DeltaExt::delta_recv_window`]: crate::DeltaExt::delta_recv_window
+    #[error(
+        "a receive window needs a progress thread here: rank {rank}'s segment is not mapped in this process (GEX_PROGRESS_THREAD=1)"
+    )]
+    NeedsProgressThread {
+        /// The first rank whose segment is not mapped here.
         rank: u32,
     },
     /// A message of the scheduler (a train or a signal, [`SchedExt`]) could not be

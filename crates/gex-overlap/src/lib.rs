@@ -65,8 +65,10 @@
 //!   [`OverlapExt::wait_range`] first.
 //! - Delta transfers: OS-triggered tracking sends early only at
 //!   [`DeltaExt::delta_flush`] (not from the fault handler, which would copy pages
-//!   other threads may still be writing); delta send-recv needs the receiver's segment
-//!   mapped here ([`OverlapError::Unmapped`] otherwise); the delta sent as an
+//!   other threads may still be writing); delta send-recv to a receiver whose segment
+//!   is not mapped here (over the network) sends during the calls and needs a
+//!   progress thread at the receiver ([`OverlapError::NeedsProgressThread`]); the
+//!   delta sent as an
 //!   ordinary gex-msg message (feature `msg`) works over any conduit but costs a copy
 //!   on each side and has no early sends. docs/overlap.md lists the limits.
 //!

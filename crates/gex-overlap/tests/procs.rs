@@ -200,14 +200,21 @@ impl Job for DeltaExchange {
         for (i, b) in buf.iter_mut().enumerate() {
             *b = pattern(me, i);
         }
-        if ep.peer_segment(dst.addr()).is_none() {
-            // Over the network (ofi without `GEX_HYBRID=1`): delta puts go through
-            // gex-rma during the calls, and receive windows are refused.
+        // No window was made at `dst` (its length word reads 0), mapped or not.
+        assert!(matches!(
+            ep.delta_send_begin(&mut buf, dst),
+            Err(OverlapError::OutOfBuffer { buf_len: 0, .. })
+        ));
+        assert!(!buf.in_epoch());
+        if ep.peer_segment(dst.addr()).is_none() && !ep.has_progress_thread() {
+            // Over the network (ofi without `GEX_HYBRID=1`), without a progress
+            // thread: delta puts go through gex-rma during the calls, and a receive
+            // window is refused (nothing would serve its arrivals while a reader
+            // waits in the fault handler).
             assert!(matches!(
-                ep.delta_send_begin(&mut buf, dst),
-                Err(OverlapError::Unmapped { rank }) if rank == peer
+                ep.delta_recv_window(3 << 20, len),
+                Err(OverlapError::NeedsProgressThread { .. })
             ));
-            assert!(!buf.in_epoch());
         }
         for round in 0..6u32 {
             if round > 0 {
@@ -294,6 +301,14 @@ job_tests! {
 /// page, without a wait. OS-triggered: two threads write, a flush after each quarter.
 struct DeltaRing {
     mode: gex_overlap::Tracking,
+    /// Whether the right neighbour's segment is not mapped here (the gex-rma path).
+    unmapped: bool,
+}
+
+/// Whether a job launched without `GEX_HYBRID` sends between unmapped segments: over
+/// ofi (the network path), not over smp.
+fn network_unmapped() -> bool {
+    std::env::var("GEX_CONDUIT").unwrap_or_default() == "ofi"
 }
 
 fn ring_byte(r: u32, round: u32, i: usize) -> u8 {
@@ -313,6 +328,10 @@ impl Job for DeltaRing {
         let left = (me + n - 1) % n;
         let mut rx = ep.delta_recv_window(2 << 20, len).unwrap();
         let window = GlobalPtr::<u8>::new(gex_core::EpAddr::new(right, 0), 2 << 20);
+        assert_eq!(
+            ep.peer_segment(window.addr()).is_none(),
+            self.unmapped && n > 1
+        );
         let mut tx = DeltaBuf::new(len, self.mode).unwrap();
         ep.barrier(&w).unwrap();
         for round in 0..5u32 {
@@ -379,10 +398,29 @@ impl Job for DeltaRing {
     }
 }
 
-/// Receive windows need the receiver's segment mapped: over ofi, a hybrid job
-/// (`GEX_HYBRID=1`; the smp conduit ignores it).
+/// Over ofi, a hybrid job (`GEX_HYBRID=1`; the smp conduit ignores it): the ranks map
+/// each other's segments and the movers copy.
 fn launch_ring(ranks: u32, mode: gex_overlap::Tracking) {
-    launch_job(ranks, &[("GEX_HYBRID", "1")], DeltaRing { mode });
+    launch_job(
+        ranks,
+        &[("GEX_HYBRID", "1")],
+        DeltaRing {
+            mode,
+            unmapped: false,
+        },
+    );
+}
+
+/// With a progress thread and without `GEX_HYBRID`: over ofi, the windows of ranks
+/// whose segments are not mapped here, written through gex-rma (shadow pages, then
+/// their arrival words, then the end word); over smp, the mapped path with a progress
+/// thread.
+fn launch_ring_network(ranks: u32, mode: gex_overlap::Tracking) {
+    let job = DeltaRing {
+        mode,
+        unmapped: network_unmapped(),
+    };
+    launch_job(ranks, &[("GEX_PROGRESS_THREAD", "1")], job);
 }
 
 job_tests! {
@@ -390,6 +428,10 @@ job_tests! {
     fn procs_delta_send_recv_annotated_2() => launch_ring(2, gex_overlap::Tracking::Annotated);
     #[test]
     fn procs_delta_send_recv_os_triggered_3() => launch_ring(3, gex_overlap::Tracking::OsTriggered);
+    #[test]
+    fn procs_delta_send_recv_network_annotated_2() => launch_ring_network(2, gex_overlap::Tracking::Annotated);
+    #[test]
+    fn procs_delta_send_recv_network_os_triggered_3() => launch_ring_network(3, gex_overlap::Tracking::OsTriggered);
 }
 
 /// Cascades on 4 ranks (seed 001's chained pipelines), 3 rounds each:
@@ -490,15 +532,18 @@ impl Job for DeltaCascade {
     }
 }
 
-fn launch_cascade(reduce: bool) {
-    launch_job(4, &[("GEX_HYBRID", "1")], DeltaCascade { reduce });
+fn launch_cascade(reduce: bool, env: &[(&str, &str)]) {
+    launch_job(4, env, DeltaCascade { reduce });
 }
 
 job_tests! {
     #[test]
-    fn procs_delta_cascade_chain_4() => launch_cascade(false);
+    fn procs_delta_cascade_chain_4() => launch_cascade(false, &[("GEX_HYBRID", "1")]);
     #[test]
-    fn procs_delta_cascade_array_reduce_4() => launch_cascade(true);
+    fn procs_delta_cascade_array_reduce_4() => launch_cascade(true, &[("GEX_HYBRID", "1")]);
+    /// As `launch_ring_network`: over ofi, every relay through gex-rma.
+    #[test]
+    fn procs_delta_cascade_array_reduce_network_4() => launch_cascade(true, &[("GEX_PROGRESS_THREAD", "1")]);
 }
 
 /// Delta send-recv around a ring of 3 thread ranks of this process, OS-triggered:
@@ -514,6 +559,7 @@ fn threads_delta_send_recv_os_triggered_3() {
             Some("smp"),
             DeltaRing {
                 mode: gex_overlap::Tracking::OsTriggered,
+                unmapped: false,
             },
         )
         .unwrap();

@@ -22,10 +22,14 @@ pub trait DeltaExt {
     /// [`delta_begin`](Self::delta_begin), and each send also tells the receiver which
     /// pages arrived, so its [`delta_recv`](Self::delta_recv) retires them one by one;
     /// [`delta_end`](Self::delta_end) tells it the epoch is complete (pages not sent
-    /// did not change). `window` points at the receiver's [`DeltaRecv::window`], in a
-    /// segment this process maps (smp, thread ranks, the same-host ranks of a hybrid
-    /// ofi job). Waits until the receiver has received the previous epoch (its
-    /// `delta_recv` posted and complete): the window is written again only then.
+    /// did not change). `window` points at the receiver's [`DeltaRecv::window`]. In
+    /// a segment this process maps (smp, thread ranks, the same-host ranks of a
+    /// hybrid ofi job) the mover copies the pages and stores their words; in one it
+    /// does not (another host over ofi), the sends go through gex-rma during the
+    /// calls ([`delta_flush`](Self::delta_flush), [`delta_end`](Self::delta_end)),
+    /// each followed by a put of its pages' arrival words. Waits until the receiver
+    /// has received the previous epoch (its `delta_recv` posted and complete): the
+    /// window is written again only then.
     ///
     /// `buf` may be shorter than the receiver's buffer (a variable-size message:
     /// [`delta_recv_wait`](Self::delta_recv_wait) tells the receiver its length).
@@ -33,9 +37,9 @@ pub trait DeltaExt {
     /// # Errors
     /// As [`delta_begin`](Self::delta_begin) ([`OverlapError::OutOfSegment`] for the
     /// window's whole length, [`DeltaRecv::window_len`]); [`OverlapError::Unaligned`]
-    /// (window offset not page-aligned); [`OverlapError::Unmapped`] (the receiver's
-    /// segment is not mapped here); [`OverlapError::OutOfBuffer`] (`buf` is longer
-    /// than the window's buffer, or no window was made there: `buf_len` 0).
+    /// (window offset not page-aligned); [`OverlapError::OutOfBuffer`] (`buf` is
+    /// longer than the window's buffer, or no window was made there: `buf_len` 0);
+    /// [`OverlapError::Rma`] (reading an unmapped receiver's window words).
     fn delta_send_begin(
         &mut self,
         buf: &mut DeltaBuf,
@@ -47,9 +51,15 @@ pub trait DeltaExt {
     /// `len` bytes, and zeroes its control block: make it before the sender's first
     /// [`delta_send_begin`](Self::delta_send_begin) to it (a barrier in between).
     ///
+    /// A job with ranks whose segments this process does not map (other hosts) sends
+    /// to the window through gex-rma, which completes here only while the endpoint is
+    /// served: the endpoint needs a progress thread then (a thread touching a pending
+    /// page waits in the fault handler, which cannot serve it).
+    ///
     /// # Errors
     /// [`OverlapError::Unaligned`], [`OverlapError::OutOfSegment`],
-    /// [`OverlapError::NotAttached`]; as [`OverlapBuf::new`](crate::OverlapBuf::new).
+    /// [`OverlapError::NotAttached`], [`OverlapError::NeedsProgressThread`]; as
+    /// [`OverlapBuf::new`](crate::OverlapBuf::new).
     fn delta_recv_window(&mut self, offset: usize, len: usize) -> Result<DeltaRecv, OverlapError>;
 
     /// Posts the receive of the window's next epoch (seed 001's delta receive) and
@@ -214,8 +224,17 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
             return Err(OverlapError::Unaligned { offset, page });
         }
         let me = self.addr();
-        let (base, seg_len) = with(self, |_, cx| cx.peer_segment(me))?
-            .ok_or(OverlapError::Unmapped { rank: me.rank })?;
+        let (own, unmapped) = with(self, |_, cx| {
+            let unmapped =
+                (0..cx.size()).find(|&r| cx.peer_segment(gex_core::EpAddr::new(r, 0)).is_none());
+            (cx.peer_segment(me), unmapped)
+        })?;
+        let (base, seg_len) = own.ok_or(OverlapError::Unmapped { rank: me.rank })?;
+        if let Some(rank) = unmapped
+            && !self.has_progress_thread()
+        {
+            return Err(OverlapError::NeedsProgressThread { rank });
+        }
         let wlen = DeltaRecv::window_len(len);
         if offset.checked_add(wlen).is_none_or(|e| e > seg_len) {
             return Err(OverlapError::OutOfSegment {
@@ -443,12 +462,32 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
         buf.marked.clear();
         // The rest is copied during the call (the flushes' sends are complete, so
         // the end word comes after every send of the epoch).
-        let r = send_set(self, buf, &set, after, true);
-        if let (Ok(()), Some((ctl, _, epoch))) = (&r, buf.epoch.as_ref().and_then(|e| e.window)) {
-            layer::store_end(ctl, epoch, len);
+        let mut r = send_set(self, buf, &set, after, true);
+        if let (Ok(()), Some(e)) = (&r, buf.epoch.as_ref()) {
+            if let Some((ctl, _, epoch)) = e.window {
+                layer::store_end(ctl, epoch, len);
+            } else if let Some((ctl, arrivals, epoch)) = e.rwindow {
+                // Every send's bytes and arrival words at the target, then the
+                // message's length, then the end word, each there before the next put
+                // starts (as `store_end`'s Release order).
+                let dst = e.dst;
+                let at = dst.addr();
+                r = send::reap(self, buf, dst, arrivals, epoch, true).and_then(|()| {
+                    self.put_val(
+                        GlobalPtr::<u64>::new(at, ctl + layer::MSG_LEN_WORD),
+                        len as u64,
+                        Blocking,
+                    )
+                    .and_then(|()| self.put_val(GlobalPtr::<u32>::new(at, ctl), epoch, Blocking))
+                    .map_err(OverlapError::Rma)
+                });
+            }
         }
         let e = buf.epoch.take().expect("checked above");
         buf.sent.clear();
+        // Left only by a failure: not carried into the next epoch.
+        buf.rsends.clear();
+        buf.rwords.clear();
         r?;
         buf.last = Some(Dest::Seg(e.dst.rank, e.dst.ep, e.dst.offset));
         match e.misuse {

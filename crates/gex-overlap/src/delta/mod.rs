@@ -12,10 +12,10 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use gex_core::Blocking;
 use gex_core::Endpoint;
 use gex_core::spi::Conduit;
-use gex_rma::{GlobalPtr, RmaExt};
+use gex_core::{Blocking, Event, Nb};
+use gex_rma::{GlobalPtr, RmaError, RmaExt};
 
 use crate::buf::OverlapBuf;
 use crate::error::OverlapError;
@@ -78,6 +78,10 @@ struct Epoch {
     /// A send to a receive window: its header's and its first arrival word's
     /// addresses here, and the epoch.
     window: Option<(usize, usize, u32)>,
+    /// A send to a receive window in a segment not mapped here: its header's and its
+    /// first arrival word's offsets in the destination's segment, and the epoch (the
+    /// shadow, the arrival words and the end word written through gex-rma).
+    rwindow: Option<(usize, usize, u32)>,
 }
 
 /// Where a [`DeltaBuf`] was last transferred (the destination that holds its copy).
@@ -147,6 +151,18 @@ pub struct DeltaBuf {
     epoch: Option<Epoch>,
     /// Sends of this buffer not complete yet.
     inflight: Arc<AtomicUsize>,
+    /// Sends of the open epoch to a window not mapped here whose bytes may not be at
+    /// the target yet (their arrival words wait for them), in issue order.
+    rsends: Vec<RemoteSend>,
+    /// Puts of arrival words not known complete yet (the end word waits for them).
+    rwords: Vec<Event<(), RmaError>>,
+}
+
+/// A send of pages `first..first + n` to a window not mapped here, in flight.
+struct RemoteSend {
+    puts: Vec<Event<(), RmaError>>,
+    first: usize,
+    n: usize,
 }
 
 impl fmt::Debug for DeltaBuf {
@@ -186,6 +202,8 @@ impl DeltaBuf {
             last: None,
             epoch: None,
             inflight: Arc::new(AtomicUsize::new(0)),
+            rsends: Vec::new(),
+            rwords: Vec::new(),
         })
     }
 

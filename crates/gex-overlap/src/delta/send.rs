@@ -34,7 +34,7 @@ pub(super) fn begin<C: Conduit>(
         len,
         seg_len,
     };
-    let (remote, header) = match peer {
+    let (remote, header, rheader) = match peer {
         Some((base, seg_len)) if to_window => {
             // The header first (its buffer length says where the rest lies).
             if dst.offset.checked_add(page).is_none_or(|e| e > seg_len) {
@@ -62,17 +62,50 @@ pub(super) fn begin<C: Conduit>(
             if dst.offset.checked_add(whole).is_none_or(|e| e > seg_len) {
                 return Err(out_of_segment(whole, seg_len));
             }
-            (Some(ctl + page), Some((ctl, ctl + arrivals_offset(wlen))))
+            (
+                Some(ctl + page),
+                Some((ctl, ctl + arrivals_offset(wlen))),
+                None,
+            )
         }
         Some((base, seg_len)) => {
             if dst.offset.checked_add(len).is_none_or(|e| e > seg_len) {
                 return Err(out_of_segment(len, seg_len));
             }
-            (Some(base.as_ptr() as usize + dst.offset), None)
+            (Some(base.as_ptr() as usize + dst.offset), None, None)
         }
-        None if to_window => return Err(OverlapError::Unmapped { rank: dst.rank }),
+        None if to_window => {
+            // Another host's window: its words read and written through gex-rma.
+            let seg_len = with(ep, |_, cx| {
+                cx.layout().seg_len.get(dst.rank as usize).copied()
+            })?;
+            let fits = |n: usize| match seg_len {
+                Some(s) if dst.offset.checked_add(n).is_none_or(|e| e > s) => {
+                    Err(out_of_segment(n, s))
+                }
+                _ => Ok(()),
+            };
+            fits(page)?;
+            let wlen = ep.get_val(
+                GlobalPtr::<u64>::new(dst.addr(), dst.offset + layer::WINDOW_LEN_WORD),
+                Blocking,
+            )? as usize;
+            if wlen < len {
+                return Err(OverlapError::OutOfBuffer {
+                    offset: 0,
+                    len,
+                    buf_len: wlen,
+                });
+            }
+            fits(DeltaRecv::window_len(wlen))?;
+            (
+                None,
+                None,
+                Some((dst.offset, dst.offset + arrivals_offset(wlen))),
+            )
+        }
         // gex-rma checks the range at each put.
-        None => (None, None),
+        None => (None, None, None),
     };
     wait_buf(ep, buf);
     let window = match header {
@@ -99,6 +132,20 @@ pub(super) fn begin<C: Conduit>(
         }
         None => None,
     };
+    let rwindow = match rheader {
+        Some((ctl, arrivals)) => {
+            // As above (the receiver's `delta_recv` of the last epoch first), through
+            // gex-rma.
+            let at = |off: usize| GlobalPtr::<u32>::new(dst.addr(), off);
+            let end = ep.get_val(at(ctl), Blocking)?;
+            let mut spins = 0u32;
+            while ep.get_val(at(ctl + layer::CONSUMED_WORD), Blocking)? != end {
+                backoff(ep, &mut spins);
+            }
+            Some((ctl, arrivals, end.wrapping_add(1)))
+        }
+        None => None,
+    };
     let key = Dest::Seg(dst.rank, dst.ep, dst.offset);
     buf.sent.clear();
     buf.epoch = Some(Epoch {
@@ -110,6 +157,7 @@ pub(super) fn begin<C: Conduit>(
         stats: DeltaStats::default(),
         misuse: None,
         window,
+        rwindow,
     });
     buf.last = None;
     Ok(())
@@ -205,10 +253,19 @@ pub(super) fn send_set<C: Conduit>(
 ) -> Result<(), OverlapError> {
     let page = sys::page_size();
     let len = buf.len();
-    let (dst, remote, delta, notify) = match &buf.epoch {
-        Some(e) => (e.dst, e.remote, e.delta, e.window.map(|(_, a, k)| (a, k))),
+    let (dst, remote, delta, notify, rnotify) = match &buf.epoch {
+        Some(e) => (
+            e.dst,
+            e.remote,
+            e.delta,
+            e.window.map(|(_, a, k)| (a, k)),
+            e.rwindow.map(|(_, a, k)| (a, k)),
+        ),
         None => return Err(OverlapError::NoEpoch),
     };
+    // Where byte 0 of the buffer goes in the destination's segment (not mapped here):
+    // a window's shadow starts after its header page.
+    let base_off = dst.offset + if rnotify.is_some() { page } else { 0 };
     let shared = buf.buf.shared.clone();
     let region = &shared.region;
     for sp in spans(set, delta, page, len) {
@@ -268,19 +325,32 @@ pub(super) fn send_set<C: Conduit>(
             }
             None => {
                 // Not mapped here: put each piece now through gex-rma, from the
-                // transfer view of the claimed (read-only) pages.
+                // transfer view of the claimed (read-only) pages. To a window, the
+                // puts are nonblocking (their sources are free when they return) and
+                // the pages' arrival words follow once they are at the target
+                // (`reap`); to a plain region, blocking.
                 let mut res = Ok(());
+                let mut puts = Vec::new();
                 for &(off, plen) in &sp.pieces {
                     // SAFETY: the piece lies in pages claimed by this call and made
                     // read-only in the user view, inside the mapping that `shared`
                     // keeps alive: nobody writes these bytes during the put.
                     let view =
                         unsafe { std::slice::from_raw_parts(shared.map.xfer().add(off), plen) };
-                    let to = GlobalPtr::<u8>::new(dst.addr(), dst.offset + off);
-                    if let Err(e) = ep.put(to, view, Blocking) {
+                    let to = GlobalPtr::<u8>::new(dst.addr(), base_off + off);
+                    let r = if rnotify.is_some() {
+                        ep.put(to, view, Nb).map(|ev| puts.push(ev))
+                    } else {
+                        ep.put(to, view, Blocking)
+                    };
+                    if let Err(e) = r {
                         res = Err(OverlapError::Rma(e));
                         break;
                     }
+                }
+                if rnotify.is_some() {
+                    // Tracked even after a failure: `reap` waits for what started.
+                    buf.rsends.push(RemoteSend { puts, first, n });
                 }
                 if res.is_err() {
                     layer::retire_strip(&shared, sp.off, sp.end - sp.off, page);
@@ -295,7 +365,60 @@ pub(super) fn send_set<C: Conduit>(
             e.stats.sends += 1;
         }
     }
+    if let Some((arrivals, epoch)) = rnotify {
+        reap(ep, buf, dst, arrivals, epoch, false)?;
+    }
     Ok(())
+}
+
+/// For a window not mapped here: puts the arrival words of every send whose bytes
+/// are at the target, in issue order (the first send still in flight stops the
+/// pass); `all`: waits for every send first, then for every arrival word's put
+/// (before the end word).
+pub(super) fn reap<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    buf: &mut DeltaBuf,
+    dst: GlobalPtr<u8>,
+    arrivals: usize,
+    epoch: u32,
+    all: bool,
+) -> Result<(), OverlapError> {
+    let mut res = Ok(());
+    let mut done = 0;
+    for s in &mut buf.rsends {
+        if !all {
+            let mut landed = true;
+            for ev in &s.puts {
+                landed &= ep.test(ev).map_err(|e| OverlapError::Rma(e.into()))?;
+            }
+            if !landed {
+                break;
+            }
+        }
+        for ev in s.puts.drain(..) {
+            if let Err(e) = ep.wait(ev) {
+                res = res.and(Err(OverlapError::Rma(e)));
+            }
+        }
+        done += 1;
+        if res.is_ok() {
+            let words = vec![epoch; s.n];
+            let to = GlobalPtr::<u32>::new(dst.addr(), arrivals + layer::arrival_word(s.first));
+            match ep.put(to, &words[..], Nb) {
+                Ok(ev) => buf.rwords.push(ev),
+                Err(e) => res = Err(OverlapError::Rma(e)),
+            }
+        }
+    }
+    buf.rsends.drain(..done);
+    if all {
+        for ev in buf.rwords.drain(..) {
+            if let Err(e) = ep.wait(ev) {
+                res = res.and(Err(OverlapError::Rma(e)));
+            }
+        }
+    }
+    res
 }
 
 #[cfg(test)]
