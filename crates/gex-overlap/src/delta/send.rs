@@ -86,10 +86,14 @@ pub(super) fn begin<C: Conduit>(
                 _ => Ok(()),
             };
             fits(page)?;
-            let wlen = ep.get_val(
-                GlobalPtr::<u64>::new(dst.addr(), dst.offset + layer::WINDOW_LEN_WORD),
-                Blocking,
-            )? as usize;
+            // The end, consumed and length words in one get (one round trip).
+            let mut h = [0u8; layer::WINDOW_LEN_WORD + 8];
+            ep.get(&mut h[..], dst, Blocking)?;
+            let word = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+            let (end, consumed) = (word(0), word(layer::CONSUMED_WORD));
+            let mut len_word = [0u8; 8];
+            len_word.copy_from_slice(&h[layer::WINDOW_LEN_WORD..]);
+            let wlen = u64::from_ne_bytes(len_word) as usize;
             if wlen < len {
                 return Err(OverlapError::OutOfBuffer {
                     offset: 0,
@@ -101,7 +105,12 @@ pub(super) fn begin<C: Conduit>(
             (
                 None,
                 None,
-                Some((dst.offset, dst.offset + arrivals_offset(wlen))),
+                Some((
+                    dst.offset,
+                    dst.offset + arrivals_offset(wlen),
+                    end,
+                    consumed,
+                )),
             )
         }
         // gex-rma checks the range at each put.
@@ -133,14 +142,15 @@ pub(super) fn begin<C: Conduit>(
         None => None,
     };
     let rwindow = match rheader {
-        Some((ctl, arrivals)) => {
+        Some((ctl, arrivals, end, mut consumed)) => {
             // As above (the receiver's `delta_recv` of the last epoch first), through
-            // gex-rma.
-            let at = |off: usize| GlobalPtr::<u32>::new(dst.addr(), off);
-            let end = ep.get_val(at(ctl), Blocking)?;
+            // gex-rma. (Only this sender writes the end word; a torn read of the
+            // consumed word equals `end` only once every byte that differs is new.)
+            let at = GlobalPtr::<u32>::new(dst.addr(), ctl + layer::CONSUMED_WORD);
             let mut spins = 0u32;
-            while ep.get_val(at(ctl + layer::CONSUMED_WORD), Blocking)? != end {
+            while consumed != end {
                 backoff(ep, &mut spins);
+                consumed = ep.get_val(at, Blocking)?;
             }
             Some((ctl, arrivals, end.wrapping_add(1)))
         }
