@@ -47,6 +47,85 @@ unsafe fn rma_fast(get: bool, x: Xfer) -> bool {
     }
 }
 
+/// The checked path of a contiguous put (`GET` false; `NBI`: completion may wait for
+/// the next quiet) or get, under `entry`: out of line and cold, its operands passed in
+/// registers, so that the entry points' fast paths store nothing for it (they stored
+/// an `Xfer` on every call: issue 27 point 4's 8-byte cells).
+///
+/// # Safety
+/// As `put_n` / `get_n`.
+#[cold]
+#[inline(never)]
+unsafe fn contig_slow<const GET: bool, const NBI: bool>(
+    ctx: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    size: usize,
+    pe: c_int,
+) {
+    let x = Xfer {
+        ctx,
+        dst,
+        src,
+        n,
+        size,
+        pe,
+    };
+    let what = match (GET, NBI) {
+        (false, false) => "put",
+        (false, true) => "put_nbi",
+        (true, false) => "get",
+        (true, true) => "get_nbi",
+    };
+    // SAFETY: the caller's promise.
+    entry(what, || unsafe {
+        if GET { get_n(x) } else { put_n(x, NBI) }
+    })
+}
+
+/// `shmem_p`'s checked path, as [`contig_slow`]: the value is stored in this frame
+/// only here.
+///
+/// # Safety
+/// As `put_n` for one element at `dst`.
+#[cold]
+#[inline(never)]
+unsafe fn p_slow<T: Copy>(ctx: *mut c_void, dst: *mut T, value: T, pe: c_int) {
+    let v = value;
+    let x = Xfer {
+        ctx,
+        dst: dst.cast(),
+        src: (&raw const v).cast(),
+        n: 1,
+        size: size_of::<T>(),
+        pe,
+    };
+    // SAFETY: `v` is a local of one element; the caller's promise for `dst`.
+    entry("p", || unsafe { put_n(x, false) })
+}
+
+/// `shmem_g`'s checked path, as [`p_slow`].
+///
+/// # Safety
+/// As `get_n` for one element at `src`.
+#[cold]
+#[inline(never)]
+unsafe fn g_slow<T: Copy + Default>(ctx: *mut c_void, src: *const T, pe: c_int) -> T {
+    let mut v = T::default();
+    let x = Xfer {
+        ctx,
+        dst: (&raw mut v).cast(),
+        src: src.cast(),
+        n: 1,
+        size: size_of::<T>(),
+        pe,
+    };
+    // SAFETY: `v` is a local of one element; the caller's promise for `src`.
+    entry("g", || unsafe { get_n(x) });
+    v
+}
+
 /// Get of `x`.
 unsafe fn get_n(x: Xfer) -> Result<(), ShmemError> {
     let pe = ctx_pe(x.ctx, x.pe)?;
@@ -121,7 +200,7 @@ macro_rules! ctx_pair {
 /// `nelems` elements of `$size` bytes (the fast path `rma_fast(is_get, ..)` first, then
 /// `$slow` under `entry`), `strided` a `strided_n`, `signal` a `put_signal_n`.
 macro_rules! rma_op {
-    (contig $cf:ident $f:ident $what:literal $size:expr, $is_get:literal, $slow:ident $(, $nbi:literal)?) => {
+    (contig $cf:ident $f:ident $size:expr, $is_get:literal, $nbi:literal) => {
         ctx_pair!($cf $f (ctx, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             let x = Xfer { ctx, dst: dest, src: source, n: nelems, size: $size, pe };
             // SAFETY: the caller's promise (this module's).
@@ -129,7 +208,7 @@ macro_rules! rma_op {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
-            entry($what, || unsafe { $slow(x $(, $nbi)?) })
+            unsafe { contig_slow::<$is_get, $nbi>(ctx, dest, source, nelems, $size, pe) }
         });
     };
     (strided $cf:ident $f:ident $what:literal $size:expr, $is_get:literal) => {
@@ -154,12 +233,12 @@ macro_rules! rma_op {
 /// `shmem_put8_nbi`, `shmem_int_put_signal`, ...
 macro_rules! rma_contig {
     ($size:expr; [$($c:tt)*] [$($d:tt)*] [$($post:tt)*]) => { paste::paste! {
-        rma_op!(contig [<$($c)* _put $($post)*>] [<$($d)* _put $($post)*>] "put" $size, false, put_n, false);
-        rma_op!(contig [<$($c)* _put $($post)* _nbi>] [<$($d)* _put $($post)* _nbi>] "put_nbi" $size, false, put_n, true);
-        rma_op!(contig [<$($c)* _get $($post)*>] [<$($d)* _get $($post)*>] "get" $size, true, get_n);
+        rma_op!(contig [<$($c)* _put $($post)*>] [<$($d)* _put $($post)*>] $size, false, false);
+        rma_op!(contig [<$($c)* _put $($post)* _nbi>] [<$($d)* _put $($post)* _nbi>] $size, false, true);
+        rma_op!(contig [<$($c)* _get $($post)*>] [<$($d)* _get $($post)*>] $size, true, false);
         // A get_nbi completes before it returns (allowed: completion at the next quiet
         // at the latest).
-        rma_op!(contig [<$($c)* _get $($post)* _nbi>] [<$($d)* _get $($post)* _nbi>] "get_nbi" $size, true, get_n);
+        rma_op!(contig [<$($c)* _get $($post)* _nbi>] [<$($d)* _get $($post)* _nbi>] $size, true, true);
         rma_op!(signal [<$($c)* _put $($post)* _signal>] [<$($d)* _put $($post)* _signal>] "put_signal" $size);
         rma_op!(signal [<$($c)* _put $($post)* _signal_nbi>] [<$($d)* _put $($post)* _signal_nbi>] "put_signal_nbi" $size);
     } };
@@ -183,8 +262,8 @@ macro_rules! rma_scalar {
             if unsafe { rma_fast(false, x) } {
                 return;
             }
-            // SAFETY: `v` is a local of one element.
-            entry("p", || unsafe { put_n(x, false) })
+            // SAFETY: the caller's promise (this module's).
+            unsafe { p_slow(ctx, dest, value, pe) }
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _p>](dest: *mut $t, value: $t, pe: c_int) {
@@ -199,9 +278,8 @@ macro_rules! rma_scalar {
             if unsafe { rma_fast(true, x) } {
                 return v;
             }
-            // SAFETY: `v` is a local of one element.
-            entry("g", || unsafe { get_n(x) });
-            v
+            // SAFETY: the caller's promise (this module's).
+            unsafe { g_slow(ctx, source, pe) }
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _g>](source: *const $t, pe: c_int) -> $t {

@@ -51,13 +51,28 @@ pub(crate) unsafe fn get_direct(dst: *mut u8, src: usize, len: usize, pe: c_int)
         return false;
     };
     if pe as u32 == p.me {
-        // Programs spin on gets of their own PE's data: serve the others.
-        serve();
+        // SAFETY: as below.
+        unsafe { get_own(dst, at, len) };
+        return true;
     }
     // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life of the
     // process; byte-wise atomic loads; `dst` is the caller's.
     unsafe { gex_sync::copy::atomic_read(at, std::slice::from_raw_parts_mut(dst, len)) };
     true
+}
+
+/// [`get_direct`] from this PE's own heap: programs spin on gets of their own data, so
+/// it serves the others first. Out of line, so that the common path (another PE)
+/// calls nothing and saves no register (the 8-byte get's cell, issue 27 point 4).
+///
+/// # Safety
+/// As the copy in [`get_direct`]: `at..at + len` inside this PE's mapped heap, `dst`
+/// valid for writes of `len` bytes.
+#[inline(never)]
+unsafe fn get_own(dst: *mut u8, at: *const u8, len: usize) {
+    serve();
+    // SAFETY: the caller's promise.
+    unsafe { gex_sync::copy::atomic_read(at, std::slice::from_raw_parts_mut(dst, len)) };
 }
 
 /// The lock-free atomic, as [`put_direct`]: `Some(old value)` when done (CPU atomic
