@@ -78,15 +78,6 @@ pub enum OverlapError {
         /// A byte offset in the range written (the first found).
         offset: usize,
     },
-    /// A receive window ([`DeltaExt::delta_recv_window`]) on an endpoint whose own
-    /// segment is not mapped in its process (the window's words are read there).
-    ///
-    /// [`DeltaExt::delta_recv_window`]: crate::DeltaExt::delta_recv_window
-    #[error("rank {rank}'s segment is not mapped in this process")]
-    Unmapped {
-        /// The rank.
-        rank: u32,
-    },
     /// A receive window ([`DeltaExt::delta_recv_window`]) on an endpoint without a
     /// progress thread in a job with a rank whose segment this process does not map
     /// (another host, over ofi without `GEX_HYBRID=1`): that rank's sends reach the

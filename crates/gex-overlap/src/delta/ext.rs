@@ -229,7 +229,9 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
                 (0..cx.size()).find(|&r| cx.peer_segment(gex_core::EpAddr::new(r, 0)).is_none());
             (cx.peer_segment(me), unmapped)
         })?;
-        let (base, seg_len) = own.ok_or(OverlapError::Unmapped { rank: me.rank })?;
+        // (An endpoint's own segment is always mapped in its process: `Cx::peer_segment`.
+        // Were it not, the window would not fit a segment of length 0.)
+        let (base, seg_len) = own.unwrap_or((std::ptr::NonNull::dangling(), 0));
         if let Some(rank) = unmapped
             && !self.has_progress_thread()
         {

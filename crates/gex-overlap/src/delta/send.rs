@@ -34,7 +34,7 @@ pub(super) fn begin<C: Conduit>(
         len,
         seg_len,
     };
-    let (remote, header, rheader) = match peer {
+    let (remote, header, rwindow) = match peer {
         Some((base, seg_len)) if to_window => {
             // The header first (its buffer length says where the rest lies).
             if dst.offset.checked_add(page).is_none_or(|e| e > seg_len) {
@@ -74,45 +74,7 @@ pub(super) fn begin<C: Conduit>(
             }
             (Some(base.as_ptr() as usize + dst.offset), None, None)
         }
-        None if to_window => {
-            // Another host's window: its words read and written through gex-rma.
-            let seg_len = with(ep, |_, cx| {
-                cx.layout().seg_len.get(dst.rank as usize).copied()
-            })?;
-            let fits = |n: usize| match seg_len {
-                Some(s) if dst.offset.checked_add(n).is_none_or(|e| e > s) => {
-                    Err(out_of_segment(n, s))
-                }
-                _ => Ok(()),
-            };
-            fits(page)?;
-            // The end, consumed and length words in one get (one round trip).
-            let mut h = [0u8; layer::WINDOW_LEN_WORD + 8];
-            ep.get(&mut h[..], dst, Blocking)?;
-            let word = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-            let (end, consumed) = (word(0), word(layer::CONSUMED_WORD));
-            let mut len_word = [0u8; 8];
-            len_word.copy_from_slice(&h[layer::WINDOW_LEN_WORD..]);
-            let wlen = u64::from_ne_bytes(len_word) as usize;
-            if wlen < len {
-                return Err(OverlapError::OutOfBuffer {
-                    offset: 0,
-                    len,
-                    buf_len: wlen,
-                });
-            }
-            fits(DeltaRecv::window_len(wlen))?;
-            (
-                None,
-                None,
-                Some((
-                    dst.offset,
-                    dst.offset + arrivals_offset(wlen),
-                    end,
-                    consumed,
-                )),
-            )
-        }
+        None if to_window => (None, None, Some(remote_window(ep, dst, len, page)?)),
         // gex-rma checks the range at each put.
         None => (None, None, None),
     };
@@ -141,21 +103,6 @@ pub(super) fn begin<C: Conduit>(
         }
         None => None,
     };
-    let rwindow = match rheader {
-        Some((ctl, arrivals, end, mut consumed)) => {
-            // As above (the receiver's `delta_recv` of the last epoch first), through
-            // gex-rma. (Only this sender writes the end word; a torn read of the
-            // consumed word equals `end` only once every byte that differs is new.)
-            let at = GlobalPtr::<u32>::new(dst.addr(), ctl + layer::CONSUMED_WORD);
-            let mut spins = 0u32;
-            while consumed != end {
-                backoff(ep, &mut spins);
-                consumed = ep.get_val(at, Blocking)?;
-            }
-            Some((ctl, arrivals, end.wrapping_add(1)))
-        }
-        None => None,
-    };
     let key = Dest::Seg(dst.rank, dst.ep, dst.offset);
     buf.sent.clear();
     buf.epoch = Some(Epoch {
@@ -171,6 +118,63 @@ pub(super) fn begin<C: Conduit>(
     });
     buf.last = None;
     Ok(())
+}
+
+/// A receive window at `dst` in a segment this process does not map (another host):
+/// its header words read through gex-rma in one get (the end, consumed and length
+/// words), its length checked against `len` and the target's segment, and the
+/// rendezvous of the mapped path (the receiver's `delta_recv` of the last epoch
+/// first). Returns the header's and the first arrival word's offsets in the target's
+/// segment, and the new epoch.
+fn remote_window<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    dst: GlobalPtr<u8>,
+    len: usize,
+    page: usize,
+) -> Result<(usize, usize, u32), OverlapError> {
+    let seg_len = with(ep, |_, cx| {
+        cx.layout().seg_len.get(dst.rank as usize).copied()
+    })?;
+    let fits = |n: usize| match seg_len {
+        Some(s) if dst.offset.checked_add(n).is_none_or(|e| e > s) => {
+            Err(OverlapError::OutOfSegment {
+                offset: dst.offset,
+                len: n,
+                seg_len: s,
+            })
+        }
+        _ => Ok(()),
+    };
+    fits(page)?;
+    let mut h = [0u8; layer::WINDOW_LEN_WORD + 8];
+    ep.get(&mut h[..], dst, Blocking)?;
+    let word = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    let (end, mut consumed) = (word(0), word(layer::CONSUMED_WORD));
+    let mut len_word = [0u8; 8];
+    len_word.copy_from_slice(&h[layer::WINDOW_LEN_WORD..]);
+    let wlen = u64::from_ne_bytes(len_word) as usize;
+    if wlen < len {
+        // A window for shorter buffers, or none made there (0).
+        return Err(OverlapError::OutOfBuffer {
+            offset: 0,
+            len,
+            buf_len: wlen,
+        });
+    }
+    fits(DeltaRecv::window_len(wlen))?;
+    // Only this sender writes the end word; a torn read of the consumed word equals
+    // `end` only once every byte that differs is new.
+    let at = GlobalPtr::<u32>::new(dst.addr(), dst.offset + layer::CONSUMED_WORD);
+    let mut spins = 0u32;
+    while consumed != end {
+        backoff(ep, &mut spins);
+        consumed = ep.get_val(at, Blocking)?;
+    }
+    Ok((
+        dst.offset,
+        dst.offset + arrivals_offset(wlen),
+        end.wrapping_add(1),
+    ))
 }
 
 /// Where a window's arrival words start: after the header page and the shadow
