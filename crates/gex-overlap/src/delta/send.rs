@@ -403,7 +403,14 @@ pub(super) fn reap<C: Conduit>(
         if !all {
             let mut landed = true;
             for ev in &s.puts {
-                landed &= ep.test(ev).map_err(|e| OverlapError::Rma(e.into()))?;
+                match ep.test(ev) {
+                    Ok(l) => landed &= l,
+                    Err(e) => {
+                        res = Err(OverlapError::Rma(e.into()));
+                        landed = false;
+                        break;
+                    }
+                }
             }
             if !landed {
                 break;
