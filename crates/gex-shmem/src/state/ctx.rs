@@ -117,13 +117,6 @@ impl Slot {
 /// The context slots (see [`Slot`]).
 static SLOTS: [Slot; CTX_MIRROR] = [const { Slot::new() }; CTX_MIRROR];
 
-/// A tag of the calling thread, distinct between live threads (the address of a
-/// thread-local), never 0.
-fn thread_tag() -> usize {
-    thread_local! { static TAG: u8 = const { 0 }; }
-    TAG.with(|t| std::ptr::from_ref(t) as usize)
-}
-
 /// Runs `f` on the endpoint of context index `i` (see [`Slot`]): `None` when it has
 /// none (the context rides the PE's endpoint).
 fn with_slot_ep<R>(

@@ -21,9 +21,9 @@
 //! ## One thread's state
 //! At thread levels `SHMEM_THREAD_SINGLE` (what `shmem_init` grants) and
 //! `SHMEM_THREAD_FUNNELED` only the thread that initialised may call (OpenSHMEM 1.5,
-//! 9.2), so the state is that thread's ([`OWNED_STATE`]): reached without a lock,
-//! through a thread-local role that says whether this thread is the owner and whether
-//! one of its calls holds the state. A call from another thread that needs the state
+//! 9.2), so the state is that thread's ([`OWNED_STATE`]): reached without a lock, by
+//! the thread whose tag ([`thread_tag`], the thread pointer on x86-64 Linux) is
+//! [`OWNER`], while no call of its holds the state ([`BUSY`]). A call from another thread that needs the state
 //! is refused ([`ThreadMisuse::NotInitThread`]: the job ends with a message), as is a
 //! call made while one of this thread's calls holds it ([`ThreadMisuse::Reentered`]).
 //! The lock is two locked instructions per call, each a full barrier: measured on an
@@ -67,7 +67,7 @@ use gex_facade::prelude::*;
 use gex_facade::rma::AtomicDomain;
 use gex_facade::{Client, OwnedEndpoint};
 use gex_sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::cell::{Cell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::ffi::c_int;
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -261,56 +261,79 @@ static REPLY_BUF: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 /// Set by a handler that refused an access outside the static data.
 static REMOTE_FAULT: AtomicU32 = AtomicU32::new(0);
 
-/// This thread's role at the thread levels whose state is the initialising thread's
-/// ([`OWNED`]): not the owner, the owner with no call holding the state, or the owner
-/// inside such a call.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Other,
-    Idle,
-    Busy,
+/// The [`thread_tag`] of the thread that called `shmem_init` at thread level
+/// `SHMEM_THREAD_SINGLE` or `SHMEM_THREAD_FUNNELED` (at most one thread ever may call
+/// then), 0 at the other levels and before: when set, the state is in
+/// [`OWNED_STATE`], reached by that thread alone and without a lock, and [`STATE`]
+/// stays empty. Set once, never cleared (a program initialises once).
+///
+/// A tag rather than a thread-local role: in the shared library a thread-local is
+/// reached through a call to `__tls_get_addr` on every entry point, a quarter of
+/// what `shmem_broadcastmem` of 8 bytes added to gex-coll's broadcast on 2 PEs
+/// (docs/performance.md, 2026-12-01 23:00 UTC).
+static OWNER: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a [`StateGuard`] of [`OWNED_STATE`] is alive: written and read only by
+/// the [`OWNER`] thread (a call re-entered from inside a call, e.g. from a signal
+/// handler, finds it set and is refused).
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// A tag of the calling thread, distinct between live threads, never 0.
+///
+/// On x86-64 Linux the thread pointer (`fs:0`: the x86-64 ELF TLS ABI makes the first
+/// word of every thread's control block point to itself), one load; elsewhere (and
+/// under Miri) the address of a thread-local, which in a shared library costs a call
+/// to `__tls_get_addr`.
+#[inline(always)]
+pub(crate) fn thread_tag() -> usize {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+    {
+        let tp: usize;
+        // SAFETY: reads the word at `fs:0`, which the x86-64 TLS ABI (followed by
+        // glibc and musl) sets, for every thread from its creation, to the address of
+        // that thread's control block; nothing writes it later (`readonly`, `pure`).
+        unsafe {
+            std::arch::asm!(
+                "mov {tp}, qword ptr fs:[0]",
+                tp = out(reg) tp,
+                options(nostack, preserves_flags, readonly, pure),
+            )
+        };
+        tp
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
+    {
+        thread_local! { static TAG: u8 = const { 0 }; }
+        TAG.with(|t| std::ptr::from_ref(t) as usize)
+    }
 }
 
-thread_local! {
-    /// This thread's [`Role`]: [`Role::Idle`] or [`Role::Busy`] on the thread that
-    /// called `shmem_init` at `SHMEM_THREAD_SINGLE` or `SHMEM_THREAD_FUNNELED`, and
-    /// only there.
-    static ROLE: Cell<Role> = const { Cell::new(Role::Other) };
-}
-
-/// Set by `shmem_init` at thread levels `SHMEM_THREAD_SINGLE` and
-/// `SHMEM_THREAD_FUNNELED` (at most one thread ever may call then): the state is
-/// in [`OWNED_STATE`], reached by that thread alone and without a lock, and [`STATE`]
-/// stays empty. Never cleared (a program initialises once).
-static OWNED: AtomicBool = AtomicBool::new(false);
-
-/// The state at the levels of [`OWNED`].
+/// The state at the levels of [`OWNER`].
 struct OwnedState(UnsafeCell<Option<State>>);
 
-// SAFETY: the cell is reached only by the thread whose `ROLE` is not `Role::Other`
-// ([`owned_state`], [`take`], [`try_with`]), and that is one thread for the life of
-// the process: `place` sets it on the initialising thread once (under the `STATE`
-// lock, `shmem_init` refusing a second initialisation), nothing sets it anywhere else,
-// and a thread's thread-locals start as `Role::Other`. (`State` is `Send`: it may be
-// created and dropped on that one thread only, but moves nowhere else either.)
+// SAFETY: the cell is reached only by the thread whose tag is [`OWNER`]
+// ([`owned_state`], [`take`], [`try_with`]), and that is one thread at a time for the
+// life of the process: `place` sets `OWNER` once, to the initialising thread's tag
+// (under the `STATE` lock, `shmem_init` refusing a second initialisation), nothing
+// changes it later, and tags are distinct between live threads (a thread made after
+// the owner ended may get its tag, but the owner then reaches the cell no more).
+// (`State` is `Send`: it may be created and dropped on that thread only, but moves
+// nowhere else either.)
 unsafe impl Sync for OwnedState {}
 
 static OWNED_STATE: OwnedState = OwnedState(UnsafeCell::new(None));
 
 /// The state, held for one operation: the initialising thread's at thread levels
-/// `SHMEM_THREAD_SINGLE` and `SHMEM_THREAD_FUNNELED` (no lock: its [`Role`] is
-/// [`Role::Busy`] meanwhile), else behind [`STATE`]'s lock.
+/// `SHMEM_THREAD_SINGLE` and `SHMEM_THREAD_FUNNELED` (no lock: [`BUSY`] is set
+/// meanwhile), else behind [`STATE`]'s lock.
 ///
 /// A guard rather than a closure: an entry point then holds the state in its own
 /// frame, without passing a closure and its result through the stack.
 pub(crate) struct StateGuard(Held);
 
 enum Held {
-    /// The owner's state; `role`: the owner's [`ROLE`].
-    Owned {
-        state: NonNull<State>,
-        role: NonNull<Cell<Role>>,
-    },
+    /// The owner's state (a raw pointer: the guard is neither `Send` nor `Sync`).
+    Owned(NonNull<State>),
     Locked(MutexGuard<'static, Option<State>>),
 }
 
@@ -320,9 +343,9 @@ impl std::ops::Deref for StateGuard {
     fn deref(&self) -> &State {
         match &self.0 {
             // SAFETY: `state` is the owner's state, which only this guard reaches
-            // while the owner's role is `Busy` (`owned_state`); the guard is not
-            // `Send` (raw pointers), so it is used on the owner's thread.
-            Held::Owned { state, .. } => unsafe { state.as_ref() },
+            // while `BUSY` is set (`owned_state`); the guard is not `Send` (a raw
+            // pointer), so it is used on the owner's thread.
+            Held::Owned(state) => unsafe { state.as_ref() },
             Held::Locked(g) => g.as_ref().unwrap_or_else(|| unreachable!()),
         }
     }
@@ -334,7 +357,7 @@ impl std::ops::DerefMut for StateGuard {
         match &mut self.0 {
             // SAFETY: as in `deref`; `&mut self` makes this the only reference
             // through the guard.
-            Held::Owned { state, .. } => unsafe { state.as_mut() },
+            Held::Owned(state) => unsafe { state.as_mut() },
             Held::Locked(g) => g.as_mut().unwrap_or_else(|| unreachable!()),
         }
     }
@@ -343,10 +366,9 @@ impl std::ops::DerefMut for StateGuard {
 impl Drop for StateGuard {
     #[inline(always)]
     fn drop(&mut self) {
-        if let Held::Owned { role, .. } = &self.0 {
-            // SAFETY: `role` is this thread's `ROLE` (the guard is not `Send`), which
-            // lives as long as the thread.
-            unsafe { role.as_ref() }.set(Role::Idle);
+        if let Held::Owned(_) = self.0 {
+            // On the owner's thread (the guard is not `Send`).
+            BUSY.store(false, Ordering::Relaxed);
         }
     }
 }
@@ -359,8 +381,9 @@ impl Drop for StateGuard {
 /// `SHMEM_THREAD_FUNNELED`, or from inside a call holding the state on this thread.
 #[inline(always)]
 pub(crate) fn state() -> Result<StateGuard, ShmemError> {
-    if OWNED.load(Ordering::Relaxed) {
-        return owned_state();
+    let owner = OWNER.load(Ordering::Relaxed);
+    if owner != 0 {
+        return owned_state(owner);
     }
     let g = STATE.lock().unwrap_or_else(|p| p.into_inner());
     if g.is_none() {
@@ -369,26 +392,22 @@ pub(crate) fn state() -> Result<StateGuard, ShmemError> {
     Ok(StateGuard(Held::Locked(g)))
 }
 
-/// [`state`] at the levels of [`OWNED`].
+/// [`state`] at the levels of [`OWNER`] (`owner`: its value, not 0).
 #[inline(always)]
-fn owned_state() -> Result<StateGuard, ShmemError> {
-    let role = ROLE.with(|r| NonNull::from(r));
-    // SAFETY: this thread's thread-local (no destructor: reachable until the thread
-    // ends).
-    let r = unsafe { role.as_ref() };
-    if r.get() != Role::Idle {
-        return Err(not_here(r.get()));
+fn owned_state(owner: usize) -> Result<StateGuard, ShmemError> {
+    if owner != thread_tag() {
+        return Err(not_here(false));
     }
-    // SAFETY: this thread is the owner (`Role::Idle`), the only thread that reaches
-    // `OWNED_STATE` (its `Sync` impl), and no guard of it is alive (it would have
-    // made the role `Busy`): this is the only reference.
+    if BUSY.load(Ordering::Relaxed) {
+        return Err(not_here(true));
+    }
+    // SAFETY: this thread is the owner (its tag is `OWNER`), the only thread that
+    // reaches `OWNED_STATE` (its `Sync` impl), and no guard of it is alive (it would
+    // have set `BUSY`): this is the only reference.
     match unsafe { (*OWNED_STATE.0.get()).as_mut() } {
         Some(s) => {
-            r.set(Role::Busy);
-            Ok(StateGuard(Held::Owned {
-                state: NonNull::from(s),
-                role,
-            }))
+            BUSY.store(true, Ordering::Relaxed);
+            Ok(StateGuard(Held::Owned(NonNull::from(s))))
         }
         None => Err(ShmemError::NotInitialized),
     }
@@ -405,22 +424,23 @@ pub(crate) fn with<R>(
     f(&mut *state()?)
 }
 
-/// Why a thread of role `role` that is not `Idle` cannot have the state of a level
-/// whose state is the initialising thread's.
+/// Why this thread cannot have the state of a level whose state is the initialising
+/// thread's: it is the owner inside a call holding it (`busy`), or another thread.
 #[cold]
-fn not_here(role: Role) -> ShmemError {
-    match (role, published()) {
-        (Role::Busy, _) => ShmemError::Thread(ThreadMisuse::Reentered),
-        (_, Some(p)) => ShmemError::Thread(ThreadMisuse::NotInitThread(p.thread_level)),
-        (_, None) => ShmemError::NotInitialized,
+fn not_here(busy: bool) -> ShmemError {
+    match (busy, published()) {
+        (true, _) => ShmemError::Thread(ThreadMisuse::Reentered),
+        (false, Some(p)) => ShmemError::Thread(ThreadMisuse::NotInitThread(p.thread_level)),
+        (false, None) => ShmemError::NotInitialized,
     }
 }
 
 /// Runs `f` on the state if no call holds it (this thread's or, at the levels with a
 /// lock, any thread's); `None` otherwise or when not initialised.
 fn try_with<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
-    if OWNED.load(Ordering::Relaxed) {
-        return owned_state().ok().map(|mut g| f(&mut g));
+    let owner = OWNER.load(Ordering::Relaxed);
+    if owner != 0 {
+        return owned_state(owner).ok().map(|mut g| f(&mut g));
     }
     STATE.try_lock().ok()?.as_mut().map(f)
 }
@@ -430,12 +450,11 @@ fn try_with<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
 /// lock (`g`, [`STATE`]'s guard, which `init` holds).
 fn place(g: &mut Option<State>, s: State, level: i32) {
     if level <= THREAD_FUNNELED {
-        // SAFETY: no thread has a role yet (`init` runs once: `FINALIZED` and `PE`
-        // refuse a second one, and it holds the `STATE` lock), so no thread reaches
+        // SAFETY: `OWNER` is 0 yet (`init` runs once: `FINALIZED` and `PE` refuse a
+        // second one, and it holds the `STATE` lock), so no thread reaches
         // `OWNED_STATE`; from the next line on only this one does.
         unsafe { *OWNED_STATE.0.get() = Some(s) };
-        ROLE.with(|r| r.set(Role::Idle));
-        OWNED.store(true, Ordering::Release);
+        OWNER.store(thread_tag(), Ordering::Release);
     } else {
         *g = Some(s);
     }
@@ -447,15 +466,15 @@ fn place(g: &mut Option<State>, s: State, level: i32) {
 /// # Errors
 /// As [`state`].
 fn take(g: &mut Option<State>) -> Result<Option<State>, ShmemError> {
-    if !OWNED.load(Ordering::Relaxed) {
+    let owner = OWNER.load(Ordering::Relaxed);
+    if owner == 0 {
         return Ok(g.take());
     }
-    let role = ROLE.with(Cell::get);
-    if role != Role::Idle {
-        return Err(not_here(role));
+    if owner != thread_tag() || BUSY.load(Ordering::Relaxed) {
+        return Err(not_here(owner == thread_tag()));
     }
-    // SAFETY: this thread is the owner and holds no guard (`Role::Idle`): the only
-    // reference to `OWNED_STATE` (its `Sync` impl).
+    // SAFETY: this thread is the owner (its tag) and holds no guard (`BUSY` clear):
+    // the only reference to `OWNED_STATE` (its `Sync` impl).
     Ok(unsafe { (*OWNED_STATE.0.get()).take() })
 }
 
@@ -775,4 +794,40 @@ impl State {
 /// Polls once (without holding the lock afterwards). Used by the waits.
 pub(crate) fn poll_once() -> Result<usize, ShmemError> {
     with(|s| Ok(s.ep.poll()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thread_tag;
+    use std::sync::{Arc, Barrier};
+
+    /// The tag is not 0, the same on every call of a thread, and different on each of
+    /// several threads alive at once (what [`OWNER`](super::OWNER) and the private
+    /// contexts' owners rest on).
+    #[test]
+    fn thread_tags_are_stable_nonzero_and_distinct_between_live_threads() {
+        const THREADS: usize = 8;
+        let mine = thread_tag();
+        assert_ne!(mine, 0);
+        assert_eq!(mine, thread_tag());
+        let all_alive = Arc::new(Barrier::new(THREADS));
+        let hs: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let b = Arc::clone(&all_alive);
+                std::thread::spawn(move || {
+                    let t = thread_tag();
+                    // Held until every thread has taken its tag: all alive at once.
+                    b.wait();
+                    assert_eq!(t, thread_tag());
+                    t
+                })
+            })
+            .collect();
+        let mut tags: Vec<usize> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        tags.push(mine);
+        assert!(tags.iter().all(|&t| t != 0));
+        tags.sort_unstable();
+        tags.dedup();
+        assert_eq!(tags.len(), THREADS + 1, "two live threads shared a tag");
+    }
 }
