@@ -35,6 +35,7 @@ mod domains;
 mod msg;
 mod overlap;
 mod overlap_delta;
+mod overlap_floor;
 mod overlap_halo;
 mod pin;
 mod progress;

@@ -20,9 +20,18 @@
 //!   variable ones (`Decomp::Variable`: a small first strip, then growing), alternated
 //!   with the others round by round; `overlap_get_stream_variable_speedup` (`x`):
 //!   equal / variable per round; `overlap_strip_variable` (bytes): the variable plan's
-//!   first strip, with the number of strips in `min`/`max`.
+//!   first strip, with the number of strips in `min`/`max`;
+//! - `overlap_get_stream_floor` (µs per round): the same copy and use overlapped by
+//!   hand, in the model's strips, by a helper thread on another core and no page
+//!   protection (`crate::overlap_floor`): what a perfect demand-driven get would take
+//!   here; `overlap_get_stream_floor_speedup` (`x`): blocking / floor per round, the
+//!   most any implementation can gain on this machine. Over shared memory only (over
+//!   a network the transfer is not a copy by a core, and these rows are left out). The ranks other than 0 wait in
+//!   a barrier meanwhile: under the `spin` policy (the default when the ranks fit the
+//!   cores) they keep their cores busy; `GEX_WAIT=block` frees them for the movers.
 
 use crate::overlap_delta::Kernel;
+use crate::overlap_floor::Floor;
 use crate::report::{Record, Reporter};
 use gex::coll::CollExt;
 use gex::core::Client;
@@ -30,6 +39,7 @@ use gex::overlap::{Decomp, OverlapBuf, OverlapExt};
 use gex::rma::{GlobalPtr, RmaExt};
 use gex::spi::Conduit;
 use gex::{Blocking, ClientBuilder, EpAddr, Job};
+use std::sync::Arc;
 use std::time::Instant;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -174,8 +184,15 @@ fn run_delta<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
 }
 
 fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
-    let (me, n) = (client.rank(), client.size());
+    let me = client.rank();
+    // The cores this rank may use before it pins itself: the floor's mover takes one
+    // apart from the rank's.
+    let cores = crate::pin::allowed_cores().unwrap_or_default();
     let (mut ep, world) = crate::two_or_more(client, "overlap", job.pin)?;
+    let mine = crate::pin::allowed_cores()
+        .ok()
+        .filter(|c| c.len() == 1)
+        .map(|c| c[0]);
     let len = job.args.size;
     let work = job.args.work.unwrap_or(64);
     let page = 4096;
@@ -185,18 +202,25 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
         ep.put(GlobalPtr::<u8>::new(ep.addr(), 0), &data, Blocking)?;
     }
     ep.barrier(&world)?;
-    let (mut blocking, mut demand, mut speedup) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut equal, mut variable, mut var_speedup) = (Vec::new(), Vec::new(), Vec::new());
-    let mut strips = (0usize, 0usize);
-    let mut var_strips = (0usize, 0usize);
+    let mut x = Series::default();
     if me == 0 {
         let src = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
         let mut plain = vec![0u8; len];
         let mut buf = OverlapBuf::new(len)?;
         // Warm-up: one of each (first-touch of the buffers, the model's measurement).
         ep.get(&mut plain[..], src, Blocking)?;
-        ep.get_demand(&mut buf, 0, src, len)?;
+        let warm = ep.get_demand(&mut buf, 0, src, len)?;
         ep.retire_all()?;
+        // The floor: the same copy and use overlapped by hand (`overlap_floor`), in
+        // the model's strips. Over shared memory only: there a get is a copy by a
+        // core, which the floor's mover does; over a network it would not be the
+        // transfer's.
+        let mut fl = (client.conduit_name() == "smp")
+            .then(|| Floor::new(Arc::new(data.clone()), warm.strip_len, &cores, mine));
+        if let Some(fl) = fl.as_mut() {
+            x.floor_core = fl.core;
+            fl.round(|s| stream(s, page, work))?;
+        }
         for round in 0..job.args.rounds {
             let t0 = Instant::now();
             ep.get(&mut plain[..], src, Blocking)?;
@@ -210,10 +234,10 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
             if s1 != want || s2 != want {
                 return Err(format!("round {round}: checksums {s1} and {s2}, want {want}").into());
             }
-            strips = (issued.strip_len, issued.strips);
-            blocking.push(b);
-            demand.push(d);
-            speedup.push(b / d.max(1e-3));
+            x.strips = (issued.strip_len, issued.strips);
+            x.blocking.push(b);
+            x.demand.push(d);
+            x.speedup.push(b / d.max(1e-3));
             // Equal against variable strips, forced (the model's lengths).
             let mut t = [0.0f64; 2];
             for (k, d) in [Decomp::Equal, Decomp::Variable].into_iter().enumerate() {
@@ -227,58 +251,105 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
                     return Err(format!("round {round}: checksum {s}, want {want}").into());
                 }
                 if k == 1 {
-                    var_strips = (issued.strip_len, issued.strips);
+                    x.var_strips = (issued.strip_len, issued.strips);
                 }
             }
             ep.set_decomp(Decomp::Auto, 65536)?;
-            equal.push(t[0]);
-            variable.push(t[1]);
-            var_speedup.push(t[0] / t[1].max(1e-3));
+            x.equal.push(t[0]);
+            x.variable.push(t[1]);
+            x.var_speedup.push(t[0] / t[1].max(1e-3));
+            if let Some(fl) = fl.as_mut() {
+                let (f, s) = fl.round(|s| stream(s, page, work))?;
+                if s != want {
+                    return Err(format!("round {round}: floor checksum {s}, want {want}").into());
+                }
+                x.floor.push(f);
+                x.floor_speedup.push(b / f.max(1e-3));
+            }
         }
     }
     ep.barrier(&world)?;
     if me == 0 {
-        let rep = Reporter::new(job.json);
-        rep.header(&[format!(
-            "gex-perf overlap: {n} ranks, conduit {}, {} B get then {} steps per page of use; value: median of {} rounds",
-            client.conduit_name(),
-            len,
-            work,
-            job.args.rounds
-        )]);
-        let mut strip = vec![strips.0 as f64];
-        let mut var_strip = vec![var_strips.0 as f64];
-        for (name, unit, v, mm) in [
-            ("overlap_get_stream_blocking", "us", &mut blocking, None),
-            ("overlap_get_stream_demand", "us", &mut demand, None),
-            ("overlap_get_stream_speedup", "x", &mut speedup, None),
-            (
-                "overlap_strip",
-                "B",
-                &mut strip,
-                Some((strips.1 as f64, strips.1 as f64)),
-            ),
-            ("overlap_get_stream_equal", "us", &mut equal, None),
-            ("overlap_get_stream_variable", "us", &mut variable, None),
-            (
-                "overlap_get_stream_variable_speedup",
-                "x",
-                &mut var_speedup,
-                None,
-            ),
-            (
-                "overlap_strip_variable",
-                "B",
-                &mut var_strip,
-                Some((var_strips.1 as f64, var_strips.1 as f64)),
-            ),
-        ] {
-            let mut r = Record::of_samples(client, name, len, unit, v);
-            if let Some((min, max)) = mm {
-                (r.min, r.max) = (Some(min), Some(max));
-            }
-            rep.record(&r);
-        }
+        report(job, client, work, &mut x);
     }
     Ok(())
+}
+
+/// The samples of rank 0 (`run`): µs per round, per-round speedups, the strips.
+#[derive(Default)]
+struct Series {
+    blocking: Vec<f64>,
+    demand: Vec<f64>,
+    speedup: Vec<f64>,
+    equal: Vec<f64>,
+    variable: Vec<f64>,
+    var_speedup: Vec<f64>,
+    floor: Vec<f64>,
+    floor_speedup: Vec<f64>,
+    /// (length, count) of the model's strips and of its variable plan.
+    strips: (usize, usize),
+    var_strips: (usize, usize),
+    floor_core: Option<usize>,
+}
+
+/// Rank 0's header and rows (the module's list).
+fn report<C: Conduit>(job: &OverlapJob, client: &Client<C>, work: u64, x: &mut Series) {
+    let (n, len) = (client.size(), job.args.size);
+    let rep = Reporter::new(job.json);
+    rep.header(&[format!(
+        "gex-perf overlap: {n} ranks, conduit {}, wait policy {:?}, {} B get then {} steps per page of use; value: median of {} rounds; the floor's mover: {}",
+        client.conduit_name(),
+        client.wait_policy(),
+        len,
+        work,
+        job.args.rounds,
+        match (x.floor.is_empty(), x.floor_core) {
+            (true, _) => "none (not shared memory)".to_string(),
+            (false, Some(c)) => format!("core {c}"),
+            (false, None) => "the rank's core".to_string(),
+        },
+    )]);
+    let mut strip = vec![x.strips.0 as f64];
+    let mut var_strip = vec![x.var_strips.0 as f64];
+    for (name, unit, v, mm) in [
+        ("overlap_get_stream_blocking", "us", &mut x.blocking, None),
+        ("overlap_get_stream_demand", "us", &mut x.demand, None),
+        ("overlap_get_stream_speedup", "x", &mut x.speedup, None),
+        (
+            "overlap_strip",
+            "B",
+            &mut strip,
+            Some((x.strips.1 as f64, x.strips.1 as f64)),
+        ),
+        ("overlap_get_stream_equal", "us", &mut x.equal, None),
+        ("overlap_get_stream_variable", "us", &mut x.variable, None),
+        (
+            "overlap_get_stream_variable_speedup",
+            "x",
+            &mut x.var_speedup,
+            None,
+        ),
+        (
+            "overlap_strip_variable",
+            "B",
+            &mut var_strip,
+            Some((x.var_strips.1 as f64, x.var_strips.1 as f64)),
+        ),
+        ("overlap_get_stream_floor", "us", &mut x.floor, None),
+        (
+            "overlap_get_stream_floor_speedup",
+            "x",
+            &mut x.floor_speedup,
+            None,
+        ),
+    ] {
+        if v.is_empty() {
+            continue;
+        }
+        let mut r = Record::of_samples(client, name, len, unit, v);
+        if let Some((min, max)) = mm {
+            (r.min, r.max) = (Some(min), Some(max));
+        }
+        rep.record(&r);
+    }
 }

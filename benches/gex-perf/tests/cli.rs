@@ -821,10 +821,14 @@ fn overlap_kernel_reports_both_sides_and_the_speedup() {
             "overlap_get_stream_variable",
             "overlap_get_stream_variable_speedup",
             "overlap_strip_variable",
+            "overlap_get_stream_floor",
+            "overlap_get_stream_floor_speedup",
         ],
     );
     assert_eq!(rows[2]["unit"], "x");
     assert_eq!(rows[6]["unit"], "x");
+    assert_eq!(rows[8]["unit"], "us");
+    assert_eq!(rows[9]["unit"], "x");
     // The variable plan's first strip is shorter than the get, and there are at
     // least two strips.
     let first = rows[7]["value"].as_f64().unwrap();
