@@ -23,8 +23,8 @@
 //! `SHMEM_THREAD_FUNNELED` only the thread that initialised may call (OpenSHMEM 1.5,
 //! 9.2), so the state is that thread's ([`OWNED_STATE`]): reached without a lock, by
 //! the thread whose tag ([`thread_tag`], the thread pointer on x86-64 Linux) is
-//! [`OWNER`], while no call of its holds the state ([`BUSY`]). A call from another thread that needs the state
-//! is refused ([`ThreadMisuse::NotInitThread`]: the job ends with a message), as is a
+//! [`OWNER`], while no call of its holds the state ([`BUSY`]). A call from another
+//! thread that needs the state is refused ([`ThreadMisuse::NotInitThread`]: the job ends with a message), as is a
 //! call made while one of this thread's calls holds it ([`ThreadMisuse::Reentered`]).
 //! The lock is two locked instructions per call, each a full barrier: measured on an
 //! 8-byte `shmem_broadcastmem` on 2 PEs, 6-8 ns of its 55-60 (docs/shmem.md,
@@ -268,14 +268,16 @@ static REMOTE_FAULT: AtomicU32 = AtomicU32::new(0);
 /// stays empty. Set once, never cleared (a program initialises once).
 ///
 /// A tag rather than a thread-local role: in the shared library a thread-local is
-/// reached through a call to `__tls_get_addr` on every entry point, a quarter of
-/// what `shmem_broadcastmem` of 8 bytes added to gex-coll's broadcast on 2 PEs
-/// (docs/performance.md, 2026-12-01 23:00 UTC).
+/// reached through a call to `__tls_get_addr` on every entry point, about 1 ns of
+/// an 8-byte `shmem_broadcastmem` on 2 PEs and 10 ns on 8 PEs sharing 2 cores
+/// (docs/performance.md, *After the thread-pointer owner check*).
 static OWNER: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether a [`StateGuard`] of [`OWNED_STATE`] is alive: written and read only by
 /// the [`OWNER`] thread (a call re-entered from inside a call, e.g. from a signal
-/// handler, finds it set and is refused).
+/// handler, finds it set and is refused). Compiler fences keep the guard's accesses
+/// to the state between its two stores, as a signal handler on the same thread
+/// would see them.
 static BUSY: AtomicBool = AtomicBool::new(false);
 
 /// A tag of the calling thread, distinct between live threads, never 0.
@@ -367,7 +369,9 @@ impl Drop for StateGuard {
     #[inline(always)]
     fn drop(&mut self) {
         if let Held::Owned(_) = self.0 {
-            // On the owner's thread (the guard is not `Send`).
+            // On the owner's thread (the guard is not `Send`), after every access
+            // through the guard.
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
             BUSY.store(false, Ordering::Relaxed);
         }
     }
@@ -407,6 +411,8 @@ fn owned_state(owner: usize) -> Result<StateGuard, ShmemError> {
     match unsafe { (*OWNED_STATE.0.get()).as_mut() } {
         Some(s) => {
             BUSY.store(true, Ordering::Relaxed);
+            // Before any access through the guard.
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
             Ok(StateGuard(Held::Owned(NonNull::from(s))))
         }
         None => Err(ShmemError::NotInitialized),
