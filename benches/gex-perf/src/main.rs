@@ -177,7 +177,11 @@ enum Cmd {
     /// (B, the model's strip; min/max = the number of strips); then the same get in
     /// the model's equal and variable strips: overlap_get_stream_equal, _variable (µs),
     /// _variable_speedup (`x`, equal / variable) and overlap_strip_variable (B, the
-    /// first strip; min/max = the number of strips). With --kernel
+    /// first strip; min/max = the number of strips); over shared memory also the
+    /// floor, the same copy and use overlapped by hand by a helper thread on another
+    /// core with no page protection: overlap_get_stream_floor (µs) and
+    /// _floor_speedup (`x`, blocking / floor: the most any implementation could gain
+    /// on the machine). With --kernel
     /// pair|cascade|ring|reduce|delta, seed 001's delta kernels (gex-overlap's delta
     /// send-recv and cascades), each against its blocking baseline in the same run:
     /// rows `overlap_delta_<kernel>_blocking` (pair: `_whole`), `_delta` (µs per round) and
