@@ -23,6 +23,10 @@
  * A fixed count made a batch of 8-byte broadcasts on 2 PEs last 60 us, and at 8 PEs on
  * 2 cores left a batch to the scheduler's timing of the PEs' exits from the barrier
  * before it: docs/performance.md, "Batches sized by time".
+ * Built with -DBENCH_CALL_FLOOR (and linked with call_floor.c's shared object), it also
+ * times the call floor of the 8-byte put + quiet, get and p + quiet: the same calls
+ * into a shared object that does nothing but the copy (floor_*_lat cells; where
+ * shmem_ptr maps PE 1's word here).
  * Every cell's effect is checked (the data put, got, incremented, broadcast, reduced);
  * a wrong value prints `BENCH_ERROR ...` and ends the job with shmem_global_exit(1).
  *
@@ -193,6 +197,36 @@ static void op_p(long n) {
     }
 }
 
+#ifdef BENCH_CALL_FLOOR
+/* The call floor (call_floor.c, a shared object of its own): the same three
+ * operations with nothing but the call and the copy, into the peer's word at the
+ * address shmem_ptr gave (floor_word). */
+void call_floor_putmem(void *dest, const void *source, size_t nelems, int pe);
+void call_floor_getmem(void *dest, const void *source, size_t nelems, int pe);
+void call_floor_long_p(long *dest, long value, int pe);
+void call_floor_quiet(void);
+static long *floor_word;
+
+static void op_floor_put8(long n) {
+    for (long i = 0; i < n; i++) {
+        memcpy(local_buf, &i, sizeof i);
+        call_floor_putmem(floor_word, local_buf, 8, 1);
+        call_floor_quiet();
+    }
+}
+
+static void op_floor_get8(long n) {
+    for (long i = 0; i < n; i++) call_floor_getmem(local_buf, floor_word, 8, 1);
+}
+
+static void op_floor_p(long n) {
+    for (long i = 0; i < n; i++) {
+        call_floor_long_p(floor_word, i, 1);
+        call_floor_quiet();
+    }
+}
+#endif
+
 static void op_finc(long n) {
     for (long i = 0; i < n; i++) (void)shmem_long_atomic_fetch_inc(counter, 1);
     fetch_incs += n;
@@ -329,6 +363,37 @@ int main(void) {
     t = measure(op_p, iters, 1, &n);
     report("p_lat", 8, 1e6 * t, "us");
     if (me == 1 && *lat_word != n - 1) fail("shmem_p: the last value", *lat_word, n - 1);
+
+#ifdef BENCH_CALL_FLOOR
+    /* The call floor of the three cells above, where PE 1's word is mapped here (PE 0
+     * decides, every PE follows: measure is collective). */
+    if (me == 0) {
+        floor_word = npes > 1 ? shmem_ptr(lat_word, 1) : NULL;
+        for (int pe = 1; pe < npes; pe++) shmem_long_p(&calib_long[0], floor_word != NULL, pe);
+    }
+    shmem_barrier_all();
+    if (me != 0 ? calib_long[0] : floor_word != NULL) {
+        t = measure(op_floor_put8, iters, 1, &n);
+        report("floor_putmem_lat", 8, 1e6 * t, "us");
+        shmem_barrier_all();
+        if (me == 1 && *lat_word != n - 1) fail("call floor put: the last value", *lat_word, n - 1);
+        if (me == 1) *lat_word = 0x600d;
+        shmem_barrier_all();
+        memset(local_buf, 0, 8);
+        t = measure(op_floor_get8, iters, 1, &n);
+        report("floor_getmem_lat", 8, 1e6 * t, "us");
+        if (me == 0) {
+            long v;
+            memcpy(&v, local_buf, sizeof v);
+            if (v != 0x600d) fail("call floor get: the value", v, 0x600d);
+        }
+        t = measure(op_floor_p, iters, 1, &n);
+        report("floor_p_lat", 8, 1e6 * t, "us");
+        if (me == 1 && *lat_word != n - 1) fail("call floor p: the last value", *lat_word, n - 1);
+        for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
+    }
+    shmem_barrier_all();
+#endif
 
     /* atomic_fetch_inc to PE 1. */
     t = measure(op_finc, iters, 1, &n);

@@ -154,7 +154,7 @@ impl Pe {
     fn direct(&self, addr: usize, len: usize, pe: usize) -> Option<*mut u8> {
         let &(base, lim) = self.peers.get(pe)?;
         let off = addr.wrapping_sub(self.heap_base);
-        if off.checked_add(len)? > lim || lim == 0 {
+        if !within(off, len, lim) {
             return None;
         }
         Some((base + off) as *mut u8)
@@ -172,6 +172,18 @@ impl Pe {
         let pad = *self.pads.get(pe as usize)?;
         Some(GlobalPtr::new(EpAddr::new(pe, 0), pad + off))
     }
+}
+
+/// Whether `[off, off + len)` lies in `[0, lim)`, with `lim` not 0 (0: not mapped),
+/// for `lim` at most `isize::MAX` (a mapping's length).
+///
+/// No overflow check: when `off | len` (at least the larger of the two) is within
+/// `lim`, their sum cannot wrap. Two compares and no carry to keep, so that the 8-byte
+/// get's and put's fast paths save fewer registers (`checked_add` cost the get two
+/// pushes and pops: 2.50-2.62 ns against 2.24-2.41 ns per call, 2026-12-01).
+#[inline(always)]
+fn within(off: usize, len: usize, lim: usize) -> bool {
+    lim != 0 && (off | len) <= lim && off.wrapping_add(len) <= lim
 }
 
 /// The state of an initialised PE.
@@ -804,7 +816,41 @@ pub(crate) fn poll_once() -> Result<usize, ShmemError> {
 
 #[cfg(test)]
 mod tests {
-    use super::thread_tag;
+    use super::{thread_tag, within};
+
+    /// `within` agrees with the overflow-checked test on every combination of edge
+    /// values (0, 1, around a page, around `isize::MAX` and `usize::MAX`) for every
+    /// mapping length up to `isize::MAX`.
+    #[test]
+    fn the_range_test_agrees_with_the_checked_sum() {
+        let m = isize::MAX as usize;
+        let edges = [
+            0,
+            1,
+            7,
+            8,
+            9,
+            4095,
+            4096,
+            4097,
+            m / 2,
+            m - 8,
+            m - 1,
+            m,
+            m + 1,
+            usize::MAX - 8,
+            usize::MAX - 1,
+            usize::MAX,
+        ];
+        for &lim in edges.iter().filter(|&&l| l <= m) {
+            for &off in &edges {
+                for &len in &edges {
+                    let want = lim != 0 && off.checked_add(len).is_some_and(|e| e <= lim);
+                    assert_eq!(within(off, len, lim), want, "off {off} len {len} lim {lim}");
+                }
+            }
+        }
+    }
     use std::sync::{Arc, Barrier};
 
     /// The tag is not 0, the same on every call of a thread, and different on each of
