@@ -170,32 +170,28 @@ static void report(const char *name, long size, double value, const char *unit) 
 
 /* ---- the operations, n times each ---- */
 
-static void op_put8(long n) {
-    for (long i = 0; i < n; i++) {
-        memcpy(local_buf, &i, sizeof i);
-        shmem_putmem(lat_word, local_buf, 8, 1);
-        shmem_quiet();
+/* The 8-byte put + quiet, get and p + quiet loops over the functions named: the
+ * library's, and (BENCH_CALL_FLOOR) the call floor's, written once so that both are
+ * the same loop around a different callee. */
+#define LAT_OPS(sfx, put, get, p, quiet, word)                                      \
+    static void op_put8##sfx(long n) {                                              \
+        for (long i = 0; i < n; i++) {                                              \
+            memcpy(local_buf, &i, sizeof i);                                        \
+            put(word, local_buf, 8, 1);                                             \
+            quiet();                                                                \
+        }                                                                           \
+    }                                                                               \
+    static void op_get8##sfx(long n) {                                              \
+        for (long i = 0; i < n; i++) get(local_buf, word, 8, 1);                    \
+    }                                                                               \
+    static void op_p##sfx(long n) {                                                 \
+        for (long i = 0; i < n; i++) {                                              \
+            p(word, i, 1);                                                          \
+            quiet();                                                                \
+        }                                                                           \
     }
-}
 
-static long bw_size;
-static void op_put_bw(long n) {
-    for (long i = 0; i < n; i++) {
-        for (long w = 0; w < window; w++) shmem_putmem(bw_dst, local_buf, (size_t)bw_size, 1);
-        shmem_quiet();
-    }
-}
-
-static void op_get8(long n) {
-    for (long i = 0; i < n; i++) shmem_getmem(local_buf, lat_word, 8, 1);
-}
-
-static void op_p(long n) {
-    for (long i = 0; i < n; i++) {
-        shmem_long_p(lat_word, i, 1);
-        shmem_quiet();
-    }
-}
+LAT_OPS(, shmem_putmem, shmem_getmem, shmem_long_p, shmem_quiet, lat_word)
 
 #ifdef BENCH_CALL_FLOOR
 /* The call floor (call_floor.c, a shared object of its own): the same three
@@ -206,26 +202,16 @@ void call_floor_getmem(void *dest, const void *source, size_t nelems, int pe);
 void call_floor_long_p(long *dest, long value, int pe);
 void call_floor_quiet(void);
 static long *floor_word;
-
-static void op_floor_put8(long n) {
-    for (long i = 0; i < n; i++) {
-        memcpy(local_buf, &i, sizeof i);
-        call_floor_putmem(floor_word, local_buf, 8, 1);
-        call_floor_quiet();
-    }
-}
-
-static void op_floor_get8(long n) {
-    for (long i = 0; i < n; i++) call_floor_getmem(local_buf, floor_word, 8, 1);
-}
-
-static void op_floor_p(long n) {
-    for (long i = 0; i < n; i++) {
-        call_floor_long_p(floor_word, i, 1);
-        call_floor_quiet();
-    }
-}
+LAT_OPS(_floor, call_floor_putmem, call_floor_getmem, call_floor_long_p, call_floor_quiet, floor_word)
 #endif
+
+static long bw_size;
+static void op_put_bw(long n) {
+    for (long i = 0; i < n; i++) {
+        for (long w = 0; w < window; w++) shmem_putmem(bw_dst, local_buf, (size_t)bw_size, 1);
+        shmem_quiet();
+    }
+}
 
 static void op_finc(long n) {
     for (long i = 0; i < n; i++) (void)shmem_long_atomic_fetch_inc(counter, 1);
@@ -373,21 +359,21 @@ int main(void) {
     }
     shmem_barrier_all();
     if (me != 0 ? calib_long[0] : floor_word != NULL) {
-        t = measure(op_floor_put8, iters, 1, &n);
+        t = measure(op_put8_floor, iters, 1, &n);
         report("floor_putmem_lat", 8, 1e6 * t, "us");
         shmem_barrier_all();
         if (me == 1 && *lat_word != n - 1) fail("call floor put: the last value", *lat_word, n - 1);
         if (me == 1) *lat_word = 0x600d;
         shmem_barrier_all();
         memset(local_buf, 0, 8);
-        t = measure(op_floor_get8, iters, 1, &n);
+        t = measure(op_get8_floor, iters, 1, &n);
         report("floor_getmem_lat", 8, 1e6 * t, "us");
         if (me == 0) {
             long v;
             memcpy(&v, local_buf, sizeof v);
             if (v != 0x600d) fail("call floor get: the value", v, 0x600d);
         }
-        t = measure(op_floor_p, iters, 1, &n);
+        t = measure(op_p_floor, iters, 1, &n);
         report("floor_p_lat", 8, 1e6 * t, "us");
         if (me == 1 && *lat_word != n - 1) fail("call floor p: the last value", *lat_word, n - 1);
         for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
