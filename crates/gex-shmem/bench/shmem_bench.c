@@ -245,6 +245,23 @@ static void op_reduce(long n) {
     }
 }
 
+/* An 8-byte get cell (`op`: the library's or the call floor's loop): PE 1's word
+ * set, timed, reported as `name`, the value checked; local_buf refilled after. */
+static void get8_cell(void (*op)(long), const char *name) {
+    long n;
+    if (me == 1) *lat_word = 0x600d;
+    shmem_barrier_all();
+    memset(local_buf, 0, 8);
+    double t = measure(op, iters, 1, &n);
+    report(name, 8, 1e6 * t, "us");
+    if (me == 0) {
+        long v;
+        memcpy(&v, local_buf, sizeof v);
+        if (v != 0x600d) fail(name, v, 0x600d);
+    }
+    for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
+}
+
 int main(void) {
     shmem_init();
     me = shmem_my_pe();
@@ -333,17 +350,7 @@ int main(void) {
     }
 
     /* getmem 8 B. */
-    if (me == 1) *lat_word = 0x600d;
-    shmem_barrier_all();
-    memset(local_buf, 0, 8);
-    t = measure(op_get8, iters, 1, &n);
-    report("getmem_lat", 8, 1e6 * t, "us");
-    if (me == 0) {
-        long v;
-        memcpy(&v, local_buf, sizeof v);
-        if (v != 0x600d) fail("getmem 8 B: the value", v, 0x600d);
-    }
-    for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
+    get8_cell(op_get8, "getmem_lat");
 
     /* shmem_p (long) + quiet. */
     t = measure(op_p, iters, 1, &n);
@@ -363,20 +370,10 @@ int main(void) {
         report("floor_putmem_lat", 8, 1e6 * t, "us");
         shmem_barrier_all();
         if (me == 1 && *lat_word != n - 1) fail("call floor put: the last value", *lat_word, n - 1);
-        if (me == 1) *lat_word = 0x600d;
-        shmem_barrier_all();
-        memset(local_buf, 0, 8);
-        t = measure(op_get8_floor, iters, 1, &n);
-        report("floor_getmem_lat", 8, 1e6 * t, "us");
-        if (me == 0) {
-            long v;
-            memcpy(&v, local_buf, sizeof v);
-            if (v != 0x600d) fail("call floor get: the value", v, 0x600d);
-        }
+        get8_cell(op_get8_floor, "floor_getmem_lat");
         t = measure(op_p_floor, iters, 1, &n);
         report("floor_p_lat", 8, 1e6 * t, "us");
         if (me == 1 && *lat_word != n - 1) fail("call floor p: the last value", *lat_word, n - 1);
-        for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
     }
     shmem_barrier_all();
 #endif
