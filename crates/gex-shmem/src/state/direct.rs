@@ -6,8 +6,9 @@ use super::*;
 
 /// The published PE and where its conduit maps the `len` bytes at symmetric address
 /// `addr` of PE `pe`, for a direct copy (inlined into [`put_direct`] and
-/// [`get_direct`]); `None` (take the checked path) before publication, for an empty
-/// range, a null local buffer (`local_null`) or a range not mapped here.
+/// [`get_direct`]); `None` (take the checked path) before publication, for a null
+/// local buffer (`local_null`) or a range not mapped here. An empty range inside a
+/// mapped heap is a copy of nothing here (no test of `len` on the path of the others).
 #[inline(always)]
 fn direct_range(
     addr: usize,
@@ -16,7 +17,7 @@ fn direct_range(
     pe: c_int,
 ) -> Option<(&'static Pe, *mut u8)> {
     let p = published()?;
-    if len == 0 || local_null {
+    if local_null {
         return None;
     }
     Some((p, p.direct(addr, len, pe as usize)?))
