@@ -29,3 +29,9 @@ pub use std::sync::atomic::{
 pub use loom::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
+
+/// A compiler-only fence ([`std::sync::atomic::compiler_fence`]): orders this
+/// thread's memory accesses as a signal handler on the same thread sees them, and
+/// emits no instruction. The same under loom, which models threads, not signal
+/// handlers.
+pub use std::sync::atomic::compiler_fence;

@@ -382,7 +382,7 @@ impl Drop for StateGuard {
         if let Held::Owned(_) = self.0 {
             // On the owner's thread (the guard is not `Send`), after every access
             // through the guard.
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            gex_sync::atomic::compiler_fence(Ordering::SeqCst);
             BUSY.store(false, Ordering::Relaxed);
         }
     }
@@ -423,7 +423,7 @@ fn owned_state(owner: usize) -> Result<StateGuard, ShmemError> {
         Some(s) => {
             BUSY.store(true, Ordering::Relaxed);
             // Before any access through the guard.
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            gex_sync::atomic::compiler_fence(Ordering::SeqCst);
             Ok(StateGuard(Held::Owned(NonNull::from(s))))
         }
         None => Err(ShmemError::NotInitialized),
