@@ -29,8 +29,16 @@ pub fn run(test: &str, what: &str, env: &[(&str, &str)]) -> String {
 }
 
 /// The `RESULT` lines of a child's output, without the prefix.
+///
+/// A `RESULT` line may follow another process's partial line: when a child launches
+/// ranks that share its standard output, one rank's `RESULT ...` line (one write)
+/// can land between the two writes of another rank's test-harness line (seen in CI:
+/// `test result: ok. ... filtered outRESULT ok smp 1/2`). So the marker is looked
+/// for anywhere in a line, and the rest of the line is the result.
 pub fn results(stdout: &str) -> impl Iterator<Item = &str> {
-    stdout.lines().filter_map(|l| l.strip_prefix("RESULT "))
+    stdout
+        .lines()
+        .filter_map(|l| l.find("RESULT ").map(|i| &l[i + "RESULT ".len()..]))
 }
 
 /// The first `RESULT` line of [`run`]`(test, what, env)`; panics if there is none.
@@ -49,4 +57,20 @@ pub fn expect(test: &str, what: &str, env: &[(&str, &str)], want: &str, mentions
         got.starts_with(want) && got.contains(mentions),
         "{what} with {env:?}: expected {want:?} mentioning {mentions:?}, got {got:?}"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::results;
+
+    /// A `RESULT` line is found at the start of a line and after another process's
+    /// partial line (the interleaving CI met), and lines without one are skipped.
+    #[test]
+    fn results_are_found_after_an_interleaved_partial_line() {
+        let out = "running 1 test\nRESULT ok smp 0/2\ntest child_entry ... ok\n\
+                   test result: ok. 1 passed; 4 filtered outRESULT ok smp 1/2\n\
+                   ; finished in 0.00s\n";
+        let got: Vec<&str> = results(out).collect();
+        assert_eq!(got, ["ok smp 0/2", "ok smp 1/2"]);
+    }
 }
