@@ -231,6 +231,249 @@ void shmem_ctx_fence(shmem_ctx_t ctx);
 void shmem_quiet(void);
 void shmem_ctx_quiet(shmem_ctx_t ctx);
 
+/* ---- Inline calls ------------------------------------------------------------
+ * The blocking puts and gets on the default context (shmem_putmem, shmem_getmem, the
+ * sized and typed put and get, the typed p and g) and shmem_fence and shmem_quiet are
+ * inlined into the program where the library would do no more than the CPU can:
+ *  - a put or get when the other PE's heap is mapped in this process (over smp: every
+ *    PE of the node; a get also needs that PE not to be this one, whose gets serve
+ *    incoming requests): a range check and a copy from or to the mapping that
+ *    shmem_init published, complete when it returns, as the library's;
+ *  - fence and quiet when no operation went through the network since the last
+ *    quiet: a full memory barrier.
+ * Everything else calls the library: another context, static data, PEs reached
+ * through the network, before shmem_init and after shmem_finalize, a null local
+ * buffer, a length that overflows. Taking a function's address gives the library's
+ * function. Define GEXSHMEM_NO_INLINE before including shmem.h to call the library
+ * always. docs/shmem.md, "Inline calls".
+ *
+ * gexshmem_view_v1, gexshmem_peer_t and gexshmem_view_t are the library's, not
+ * OpenSHMEM's: their layout belongs to this version of gex-shmem (header and library
+ * are installed together), and a change of layout renames the symbol (_v2), so that a
+ * program built against another layout fails to link instead of misreading it. */
+#if !defined(GEXSHMEM_NO_INLINE) && (defined(__GNUC__) || defined(__clang__))
+#include <string.h>
+
+/* One PE's heap as this process maps it: its address, and how many bytes of it a
+ * direct copy may reach (0: not mapped here). */
+typedef struct gexshmem_peer { uintptr_t base; uintptr_t lim; } gexshmem_peer_t;
+/* This PE's heap address, every PE's gexshmem_peer_t, the library's two flags of work
+ * for quiet (a byte and a count, read atomically), the PE count and this PE. */
+typedef struct gexshmem_view {
+    uintptr_t heap_base;
+    const gexshmem_peer_t *peers;
+    const unsigned char *ep_nbi;
+    const uint64_t *outstanding;
+    uint32_t npes;
+    uint32_t me;
+} gexshmem_view_t;
+/* Set by shmem_init once the heaps are mapped, null before it and after
+ * shmem_finalize; the view it points to never changes. */
+extern gexshmem_view_t *gexshmem_view_v1;
+
+/* Where this process maps the len bytes at symmetric address addr of PE pe (NULL: not
+ * a direct copy), given the view v. */
+static inline char *gexshmem_direct_at(const gexshmem_view_t *v, const void *addr, size_t len, int pe) {
+    if ((uint32_t)pe >= v->npes) return NULL;
+    uintptr_t lim = v->peers[pe].lim;
+    uintptr_t off = (uintptr_t)addr - v->heap_base;
+    if (lim == 0 || off > lim || len > lim - off) return NULL;
+    return (char *)v->peers[pe].base + off;
+}
+
+/* Copies len bytes at symmetric address source of PE pe into dest when that is a
+ * direct copy (returns 1); returns 0, having done nothing, when the library must. */
+static inline int gexshmem_direct_get(void *dest, const void *source, size_t len, int pe) {
+    const gexshmem_view_t *v = __atomic_load_n(&gexshmem_view_v1, __ATOMIC_ACQUIRE);
+    if (v == NULL || dest == NULL || (uint32_t)pe == v->me) return 0;
+    const char *at = gexshmem_direct_at(v, source, len, pe);
+    if (at == NULL) return 0;
+    memcpy(dest, at, len);
+    return 1;
+}
+
+/* The same for len bytes from source to symmetric address dest of PE pe. */
+static inline int gexshmem_direct_put(void *dest, const void *source, size_t len, int pe) {
+    const gexshmem_view_t *v = __atomic_load_n(&gexshmem_view_v1, __ATOMIC_ACQUIRE);
+    if (v == NULL || source == NULL) return 0;
+    char *at = gexshmem_direct_at(v, dest, len, pe);
+    if (at == NULL) return 0;
+    memcpy(at, source, len);
+    return 1;
+}
+
+#define GEXSHMEM_FAST_RMA(T, N) \
+    static inline void gexshmem_fast_##N##_get(T *dest, const T *source, size_t nelems, int pe) { \
+        if (nelems > SIZE_MAX / sizeof(T) || !gexshmem_direct_get(dest, source, nelems * sizeof(T), pe)) \
+            (shmem_##N##_get)(dest, source, nelems, pe); \
+    } \
+    static inline void gexshmem_fast_##N##_put(T *dest, const T *source, size_t nelems, int pe) { \
+        if (nelems > SIZE_MAX / sizeof(T) || !gexshmem_direct_put(dest, source, nelems * sizeof(T), pe)) \
+            (shmem_##N##_put)(dest, source, nelems, pe); \
+    } \
+    static inline T gexshmem_fast_##N##_g(const T *source, int pe) { \
+        T v; \
+        if (gexshmem_direct_get(&v, source, sizeof v, pe)) return v; \
+        return (shmem_##N##_g)(source, pe); \
+    } \
+    static inline void gexshmem_fast_##N##_p(T *dest, T value, int pe) { \
+        if (!gexshmem_direct_put(dest, &value, sizeof value, pe)) (shmem_##N##_p)(dest, value, pe); \
+    }
+#define GEXSHMEM_FAST_SIZED(S) \
+    static inline void gexshmem_fast_get##S(void *dest, const void *source, size_t nelems, int pe) { \
+        if (nelems > SIZE_MAX / ((S) / 8) || !gexshmem_direct_get(dest, source, nelems * ((S) / 8), pe)) \
+            (shmem_get##S)(dest, source, nelems, pe); \
+    } \
+    static inline void gexshmem_fast_put##S(void *dest, const void *source, size_t nelems, int pe) { \
+        if (nelems > SIZE_MAX / ((S) / 8) || !gexshmem_direct_put(dest, source, nelems * ((S) / 8), pe)) \
+            (shmem_put##S)(dest, source, nelems, pe); \
+    }
+GEXSHMEM_RMA_TYPES(GEXSHMEM_FAST_RMA)
+GEXSHMEM_SIZES(GEXSHMEM_FAST_SIZED)
+static inline void gexshmem_fast_getmem(void *dest, const void *source, size_t nelems, int pe) {
+    if (!gexshmem_direct_get(dest, source, nelems, pe)) (shmem_getmem)(dest, source, nelems, pe);
+}
+static inline void gexshmem_fast_putmem(void *dest, const void *source, size_t nelems, int pe) {
+    if (!gexshmem_direct_put(dest, source, nelems, pe)) (shmem_putmem)(dest, source, nelems, pe);
+}
+
+/* A full memory barrier, the library's (on x86-64 a locked or of 0 into a local: it
+ * orders every load and store, non-temporal ones included, at half mfence's cost).
+ * Then, when nothing went through the network since the last quiet, the direct
+ * operations before it are complete and visible: fence and quiet are done. */
+static inline int gexshmem_direct_quiet(void) {
+    const gexshmem_view_t *v = __atomic_load_n(&gexshmem_view_v1, __ATOMIC_ACQUIRE);
+    if (v == NULL) return 0;
+#if defined(__x86_64__)
+    unsigned w = 0;
+    __asm__ __volatile__("lock; orl $0, %0" : "+m"(w) : : "memory", "cc");
+#else
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+    return !__atomic_load_n(v->ep_nbi, __ATOMIC_ACQUIRE) && __atomic_load_n(v->outstanding, __ATOMIC_ACQUIRE) == 0;
+}
+static inline void gexshmem_fast_fence(void) {
+    if (!gexshmem_direct_quiet()) (shmem_fence)();
+}
+static inline void gexshmem_fast_quiet(void) {
+    if (!gexshmem_direct_quiet()) (shmem_quiet)();
+}
+
+/* The names, one by one (a macro cannot define macros; tests/exports.sh checks that
+ * every inline call has its name here). */
+#define shmem_getmem(...) gexshmem_fast_getmem(__VA_ARGS__)
+#define shmem_putmem(...) gexshmem_fast_putmem(__VA_ARGS__)
+#define shmem_get8(...) gexshmem_fast_get8(__VA_ARGS__)
+#define shmem_get16(...) gexshmem_fast_get16(__VA_ARGS__)
+#define shmem_get32(...) gexshmem_fast_get32(__VA_ARGS__)
+#define shmem_get64(...) gexshmem_fast_get64(__VA_ARGS__)
+#define shmem_get128(...) gexshmem_fast_get128(__VA_ARGS__)
+#define shmem_put8(...) gexshmem_fast_put8(__VA_ARGS__)
+#define shmem_put16(...) gexshmem_fast_put16(__VA_ARGS__)
+#define shmem_put32(...) gexshmem_fast_put32(__VA_ARGS__)
+#define shmem_put64(...) gexshmem_fast_put64(__VA_ARGS__)
+#define shmem_put128(...) gexshmem_fast_put128(__VA_ARGS__)
+#define shmem_float_get(...) gexshmem_fast_float_get(__VA_ARGS__)
+#define shmem_double_get(...) gexshmem_fast_double_get(__VA_ARGS__)
+#define shmem_longdouble_get(...) gexshmem_fast_longdouble_get(__VA_ARGS__)
+#define shmem_char_get(...) gexshmem_fast_char_get(__VA_ARGS__)
+#define shmem_schar_get(...) gexshmem_fast_schar_get(__VA_ARGS__)
+#define shmem_short_get(...) gexshmem_fast_short_get(__VA_ARGS__)
+#define shmem_int_get(...) gexshmem_fast_int_get(__VA_ARGS__)
+#define shmem_long_get(...) gexshmem_fast_long_get(__VA_ARGS__)
+#define shmem_longlong_get(...) gexshmem_fast_longlong_get(__VA_ARGS__)
+#define shmem_uchar_get(...) gexshmem_fast_uchar_get(__VA_ARGS__)
+#define shmem_ushort_get(...) gexshmem_fast_ushort_get(__VA_ARGS__)
+#define shmem_uint_get(...) gexshmem_fast_uint_get(__VA_ARGS__)
+#define shmem_ulong_get(...) gexshmem_fast_ulong_get(__VA_ARGS__)
+#define shmem_ulonglong_get(...) gexshmem_fast_ulonglong_get(__VA_ARGS__)
+#define shmem_int8_get(...) gexshmem_fast_int8_get(__VA_ARGS__)
+#define shmem_int16_get(...) gexshmem_fast_int16_get(__VA_ARGS__)
+#define shmem_int32_get(...) gexshmem_fast_int32_get(__VA_ARGS__)
+#define shmem_int64_get(...) gexshmem_fast_int64_get(__VA_ARGS__)
+#define shmem_uint8_get(...) gexshmem_fast_uint8_get(__VA_ARGS__)
+#define shmem_uint16_get(...) gexshmem_fast_uint16_get(__VA_ARGS__)
+#define shmem_uint32_get(...) gexshmem_fast_uint32_get(__VA_ARGS__)
+#define shmem_uint64_get(...) gexshmem_fast_uint64_get(__VA_ARGS__)
+#define shmem_size_get(...) gexshmem_fast_size_get(__VA_ARGS__)
+#define shmem_ptrdiff_get(...) gexshmem_fast_ptrdiff_get(__VA_ARGS__)
+#define shmem_float_put(...) gexshmem_fast_float_put(__VA_ARGS__)
+#define shmem_double_put(...) gexshmem_fast_double_put(__VA_ARGS__)
+#define shmem_longdouble_put(...) gexshmem_fast_longdouble_put(__VA_ARGS__)
+#define shmem_char_put(...) gexshmem_fast_char_put(__VA_ARGS__)
+#define shmem_schar_put(...) gexshmem_fast_schar_put(__VA_ARGS__)
+#define shmem_short_put(...) gexshmem_fast_short_put(__VA_ARGS__)
+#define shmem_int_put(...) gexshmem_fast_int_put(__VA_ARGS__)
+#define shmem_long_put(...) gexshmem_fast_long_put(__VA_ARGS__)
+#define shmem_longlong_put(...) gexshmem_fast_longlong_put(__VA_ARGS__)
+#define shmem_uchar_put(...) gexshmem_fast_uchar_put(__VA_ARGS__)
+#define shmem_ushort_put(...) gexshmem_fast_ushort_put(__VA_ARGS__)
+#define shmem_uint_put(...) gexshmem_fast_uint_put(__VA_ARGS__)
+#define shmem_ulong_put(...) gexshmem_fast_ulong_put(__VA_ARGS__)
+#define shmem_ulonglong_put(...) gexshmem_fast_ulonglong_put(__VA_ARGS__)
+#define shmem_int8_put(...) gexshmem_fast_int8_put(__VA_ARGS__)
+#define shmem_int16_put(...) gexshmem_fast_int16_put(__VA_ARGS__)
+#define shmem_int32_put(...) gexshmem_fast_int32_put(__VA_ARGS__)
+#define shmem_int64_put(...) gexshmem_fast_int64_put(__VA_ARGS__)
+#define shmem_uint8_put(...) gexshmem_fast_uint8_put(__VA_ARGS__)
+#define shmem_uint16_put(...) gexshmem_fast_uint16_put(__VA_ARGS__)
+#define shmem_uint32_put(...) gexshmem_fast_uint32_put(__VA_ARGS__)
+#define shmem_uint64_put(...) gexshmem_fast_uint64_put(__VA_ARGS__)
+#define shmem_size_put(...) gexshmem_fast_size_put(__VA_ARGS__)
+#define shmem_ptrdiff_put(...) gexshmem_fast_ptrdiff_put(__VA_ARGS__)
+#define shmem_float_g(...) gexshmem_fast_float_g(__VA_ARGS__)
+#define shmem_double_g(...) gexshmem_fast_double_g(__VA_ARGS__)
+#define shmem_longdouble_g(...) gexshmem_fast_longdouble_g(__VA_ARGS__)
+#define shmem_char_g(...) gexshmem_fast_char_g(__VA_ARGS__)
+#define shmem_schar_g(...) gexshmem_fast_schar_g(__VA_ARGS__)
+#define shmem_short_g(...) gexshmem_fast_short_g(__VA_ARGS__)
+#define shmem_int_g(...) gexshmem_fast_int_g(__VA_ARGS__)
+#define shmem_long_g(...) gexshmem_fast_long_g(__VA_ARGS__)
+#define shmem_longlong_g(...) gexshmem_fast_longlong_g(__VA_ARGS__)
+#define shmem_uchar_g(...) gexshmem_fast_uchar_g(__VA_ARGS__)
+#define shmem_ushort_g(...) gexshmem_fast_ushort_g(__VA_ARGS__)
+#define shmem_uint_g(...) gexshmem_fast_uint_g(__VA_ARGS__)
+#define shmem_ulong_g(...) gexshmem_fast_ulong_g(__VA_ARGS__)
+#define shmem_ulonglong_g(...) gexshmem_fast_ulonglong_g(__VA_ARGS__)
+#define shmem_int8_g(...) gexshmem_fast_int8_g(__VA_ARGS__)
+#define shmem_int16_g(...) gexshmem_fast_int16_g(__VA_ARGS__)
+#define shmem_int32_g(...) gexshmem_fast_int32_g(__VA_ARGS__)
+#define shmem_int64_g(...) gexshmem_fast_int64_g(__VA_ARGS__)
+#define shmem_uint8_g(...) gexshmem_fast_uint8_g(__VA_ARGS__)
+#define shmem_uint16_g(...) gexshmem_fast_uint16_g(__VA_ARGS__)
+#define shmem_uint32_g(...) gexshmem_fast_uint32_g(__VA_ARGS__)
+#define shmem_uint64_g(...) gexshmem_fast_uint64_g(__VA_ARGS__)
+#define shmem_size_g(...) gexshmem_fast_size_g(__VA_ARGS__)
+#define shmem_ptrdiff_g(...) gexshmem_fast_ptrdiff_g(__VA_ARGS__)
+#define shmem_float_p(...) gexshmem_fast_float_p(__VA_ARGS__)
+#define shmem_double_p(...) gexshmem_fast_double_p(__VA_ARGS__)
+#define shmem_longdouble_p(...) gexshmem_fast_longdouble_p(__VA_ARGS__)
+#define shmem_char_p(...) gexshmem_fast_char_p(__VA_ARGS__)
+#define shmem_schar_p(...) gexshmem_fast_schar_p(__VA_ARGS__)
+#define shmem_short_p(...) gexshmem_fast_short_p(__VA_ARGS__)
+#define shmem_int_p(...) gexshmem_fast_int_p(__VA_ARGS__)
+#define shmem_long_p(...) gexshmem_fast_long_p(__VA_ARGS__)
+#define shmem_longlong_p(...) gexshmem_fast_longlong_p(__VA_ARGS__)
+#define shmem_uchar_p(...) gexshmem_fast_uchar_p(__VA_ARGS__)
+#define shmem_ushort_p(...) gexshmem_fast_ushort_p(__VA_ARGS__)
+#define shmem_uint_p(...) gexshmem_fast_uint_p(__VA_ARGS__)
+#define shmem_ulong_p(...) gexshmem_fast_ulong_p(__VA_ARGS__)
+#define shmem_ulonglong_p(...) gexshmem_fast_ulonglong_p(__VA_ARGS__)
+#define shmem_int8_p(...) gexshmem_fast_int8_p(__VA_ARGS__)
+#define shmem_int16_p(...) gexshmem_fast_int16_p(__VA_ARGS__)
+#define shmem_int32_p(...) gexshmem_fast_int32_p(__VA_ARGS__)
+#define shmem_int64_p(...) gexshmem_fast_int64_p(__VA_ARGS__)
+#define shmem_uint8_p(...) gexshmem_fast_uint8_p(__VA_ARGS__)
+#define shmem_uint16_p(...) gexshmem_fast_uint16_p(__VA_ARGS__)
+#define shmem_uint32_p(...) gexshmem_fast_uint32_p(__VA_ARGS__)
+#define shmem_uint64_p(...) gexshmem_fast_uint64_p(__VA_ARGS__)
+#define shmem_size_p(...) gexshmem_fast_size_p(__VA_ARGS__)
+#define shmem_ptrdiff_p(...) gexshmem_fast_ptrdiff_p(__VA_ARGS__)
+#define shmem_fence(...) gexshmem_fast_fence(__VA_ARGS__)
+#define shmem_quiet(...) gexshmem_fast_quiet(__VA_ARGS__)
+#define GEXSHMEM_INLINE_CALLS 1
+#endif
+
 /* ---- Atomics ------------------------------------------------------------------ */
 #define GEXSHMEM_DECL_AMO_EXT(T, N) \
     T shmem_##N##_atomic_fetch(const T *source, int pe); \
@@ -439,6 +682,17 @@ void gexshmem_generic_type_not_supported(void);
 #define GEXSHMEM_DC_2_3(L, F, ...) GEXSHMEM_CTX(L, GEXSHMEM_GCCONST, F, __VA_ARGS__)
 #define GEXSHMEM_DISPATCH_CONST(LIST, F, N, ...) \
     GEXSHMEM_CAT(GEXSHMEM_DC_, GEXSHMEM_CAT(N, GEXSHMEM_CAT(_, GEXSHMEM_PICK(__VA_ARGS__))))(LIST, F, __VA_ARGS__)
+/* The plain forms of put, get, p and g select the inline calls (above). */
+#define GEXSHMEM_GF(T, N, F) T *: gexshmem_fast_##N##_##F,
+#define GEXSHMEM_GFCONST(T, N, F) T *: gexshmem_fast_##N##_##F, const T *: gexshmem_fast_##N##_##F,
+#define GEXSHMEM_DF_4_4(L, F, ...) GEXSHMEM_PLAIN(L, GEXSHMEM_GF, F, __VA_ARGS__)
+#define GEXSHMEM_DF_4_5(L, F, ...) GEXSHMEM_CTX(L, GEXSHMEM_GC, F, __VA_ARGS__)
+#define GEXSHMEM_DF_2_2(L, F, ...) GEXSHMEM_PLAIN(L, GEXSHMEM_GFCONST, F, __VA_ARGS__)
+#define GEXSHMEM_DF_2_3(L, F, ...) GEXSHMEM_CTX(L, GEXSHMEM_GCCONST, F, __VA_ARGS__)
+#define GEXSHMEM_DF_3_3(L, F, ...) GEXSHMEM_PLAIN(L, GEXSHMEM_GF, F, __VA_ARGS__)
+#define GEXSHMEM_DF_3_4(L, F, ...) GEXSHMEM_CTX(L, GEXSHMEM_GC, F, __VA_ARGS__)
+#define GEXSHMEM_DISPATCH_FAST(LIST, F, N, ...) \
+    GEXSHMEM_CAT(GEXSHMEM_DF_, GEXSHMEM_CAT(N, GEXSHMEM_CAT(_, GEXSHMEM_PICK(__VA_ARGS__))))(LIST, F, __VA_ARGS__)
 /* Forms whose selecting argument is the second (the _nbi fetching atomics select on dest). */
 #define GEXSHMEM_PLAIN2(LIST, X, F, fetch, first, ...) GEXSHMEM_SEL(LIST, X, F, first)(fetch, first, __VA_ARGS__)
 #define GEXSHMEM_CTX2(LIST, X, F, ctx, fetch, first, ...) GEXSHMEM_SEL(LIST, X, F, first)(ctx, fetch, first, __VA_ARGS__)
@@ -451,14 +705,30 @@ void gexshmem_generic_type_not_supported(void);
 #define GEXSHMEM_DISPATCH2(LIST, F, N, ...) \
     GEXSHMEM_CAT(GEXSHMEM_D2_, GEXSHMEM_CAT(N, GEXSHMEM_CAT(_, GEXSHMEM_PICK(__VA_ARGS__))))(LIST, F, __VA_ARGS__)
 
+#ifdef GEXSHMEM_INLINE_CALLS
+#define shmem_put(...) GEXSHMEM_DISPATCH_FAST(GEXSHMEM_G_RMA, put, 4, __VA_ARGS__)
+#else
 #define shmem_put(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, put, 4, __VA_ARGS__)
+#endif
+#ifdef GEXSHMEM_INLINE_CALLS
+#define shmem_get(...) GEXSHMEM_DISPATCH_FAST(GEXSHMEM_G_RMA, get, 4, __VA_ARGS__)
+#else
 #define shmem_get(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, get, 4, __VA_ARGS__)
+#endif
 #define shmem_put_nbi(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, put_nbi, 4, __VA_ARGS__)
 #define shmem_get_nbi(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, get_nbi, 4, __VA_ARGS__)
 #define shmem_iput(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, iput, 6, __VA_ARGS__)
 #define shmem_iget(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, iget, 6, __VA_ARGS__)
+#ifdef GEXSHMEM_INLINE_CALLS
+#define shmem_p(...) GEXSHMEM_DISPATCH_FAST(GEXSHMEM_G_RMA, p, 3, __VA_ARGS__)
+#else
 #define shmem_p(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, p, 3, __VA_ARGS__)
+#endif
+#ifdef GEXSHMEM_INLINE_CALLS
+#define shmem_g(...) GEXSHMEM_DISPATCH_FAST(GEXSHMEM_G_RMA, g, 2, __VA_ARGS__)
+#else
 #define shmem_g(...) GEXSHMEM_DISPATCH_CONST(GEXSHMEM_G_RMA, g, 2, __VA_ARGS__)
+#endif
 #define shmem_put_signal(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, put_signal, 7, __VA_ARGS__)
 #define shmem_put_signal_nbi(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, put_signal_nbi, 7, __VA_ARGS__)
 

@@ -1,4 +1,4 @@
-# Sourced by contexts.sh and thread_levels.sh (not run by itself): expect_ok, build_test.
+# Sourced by contexts.sh, inline_calls.sh and thread_levels.sh (not run by itself): expect_ok, build_test.
 #
 # expect_ok TAG NAME OUT CMD...: runs CMD under a 60 s timeout with its output in OUT;
 # passes (printing TAG and the program's "NAME: ok" line) if it exits 0 and printed that

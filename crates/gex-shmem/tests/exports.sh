@@ -47,5 +47,17 @@ if [[ -n "$extra" ]]; then
     echo "$extra" | sed 's/^/  /' >&2
     status=1
 fi
-[[ $status == 0 ]] && echo "exports: ok ($(wc -l <"$tmp/decl") functions declared and exported, $(wc -l <"$tmp/inline") inline in the header)"
+# Every inline call (gexshmem_fast_NAME) is reached by its OpenSHMEM name: shmem.h
+# defines shmem_NAME(...) as gexshmem_fast_NAME(__VA_ARGS__), one line each.
+grep -oE 'gexshmem_fast_[a-z0-9_]+' "$tmp/inline" | sed 's/^gexshmem_fast_//' | sort -u >"$tmp/fast"
+grep -oE '^#define shmem_[a-z0-9_]+\(\.\.\.\) gexshmem_fast_[a-z0-9_]+\(__VA_ARGS__\)$' "$inc" |
+    sed -E 's/^#define shmem_([a-z0-9_]+)\(\.\.\.\) gexshmem_fast_([a-z0-9_]+)\(__VA_ARGS__\)$/\1 \2/' |
+    awk '$1 == $2 {print $1}' | sort -u >"$tmp/fast_named"
+unnamed="$(comm -23 "$tmp/fast" "$tmp/fast_named")"
+if [[ -n "$unnamed" ]]; then
+    echo "exports: inline calls in shmem.h without their shmem_ name defined to them:" >&2
+    echo "$unnamed" | sed 's/^/  gexshmem_fast_/' >&2
+    status=1
+fi
+[[ $status == 0 ]] && echo "exports: ok ($(wc -l <"$tmp/decl") functions declared and exported, $(wc -l <"$tmp/inline") inline in the header, $(wc -l <"$tmp/fast_named") inline calls named)"
 exit $status

@@ -171,16 +171,18 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
     let ad64 = ep.atomic_domain::<u64>(&world, all_int)?;
     let shared = shared_team(&mut ep, &world)?;
     let level = level.clamp(0, 3);
-    let peers = mapped_heaps(&ep, &pads, heap_len);
+    let peers = mapped_heaps(&ep, &pads, heap_len).into_boxed_slice();
+    let view = View::new(seg + pad, &peers, npes, me);
     let published = Pe {
         me,
         npes,
         heap_base: seg + pad,
         heap_len,
         pads: pads.clone().into_boxed_slice(),
-        ctx_eps: peers.iter().any(|&(_, len)| len == 0),
+        ctx_eps: peers.iter().any(|p| p.lim == 0),
         hello: h.hello,
-        peers: peers.into_boxed_slice(),
+        peers,
+        view,
         cpu_atomics: !ad32.is_native() && !ad64.is_native(),
         thread_level: level,
     };
@@ -191,6 +193,7 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
     ep.barrier(&world)?;
     if let Some(p) = PE.get() {
         PUB.store(std::ptr::from_ref(p).cast_mut(), Ordering::Release);
+        GEXSHMEM_VIEW.store(std::ptr::from_ref(&p.view).cast_mut(), Ordering::Release);
     }
     let mut s = State {
         client: Some(client),
@@ -332,7 +335,7 @@ fn shared_team(ep: &mut OwnedEndpoint, world: &Team) -> Result<Team, ShmemError>
 
 /// For every PE, its heap (address in this process, length) when the conduit maps it
 /// here, else `(0, 0)`: [`Pe::peers`]. `pads` are the heaps' offsets in the segments.
-fn mapped_heaps(ep: &OwnedEndpoint, pads: &[usize], heap_len: usize) -> Vec<(usize, usize)> {
+fn mapped_heaps(ep: &OwnedEndpoint, pads: &[usize], heap_len: usize) -> Vec<Peer> {
     let npes = ep.size();
     // The AM path forced (`GEX_RMA_PATH=am`, `--cfg gex_force_am_rma`): every operation
     // goes through the endpoint, as gex-rma's own would.
@@ -348,12 +351,15 @@ fn mapped_heaps(ep: &OwnedEndpoint, pads: &[usize], heap_len: usize) -> Vec<(usi
                 Some((base.as_ptr() as usize + pads[r as usize], len))
             });
         peers.push(
-            heap.map(|(base, len)| (base, len.min(heap_len)))
-                .filter(|&(_, len)| len > 0)
-                .unwrap_or((0, 0)),
+            heap.map(|(base, len)| Peer {
+                base,
+                lim: len.min(heap_len),
+            })
+            .filter(|p| p.lim > 0)
+            .unwrap_or(Peer { base: 0, lim: 0 }),
         );
     }
-    peers.resize(npes as usize, (0, 0));
+    peers.resize(npes as usize, Peer { base: 0, lim: 0 });
     peers
 }
 
@@ -365,6 +371,7 @@ pub(crate) fn finalize() -> Result<(), ShmemError> {
     };
     FINALIZED.store(true, Ordering::Release);
     PUB.store(std::ptr::null_mut(), Ordering::Release);
+    GEXSHMEM_VIEW.store(std::ptr::null_mut(), Ordering::Release);
     let closed = (|| {
         s.quiet()?;
         let world = s.world.clone();

@@ -11,6 +11,9 @@
 //! check and a byte-wise atomic copy ([`gex_sync::copy`]) or a word operation
 //! ([`gex_sync::word`]), as gex-rma's own direct path does, complete when they return.
 //! `shmem_quiet` is then a fence, unless an operation went through the endpoint.
+//! shmem.h does the same work inline in C programs, from the part of [`Pe`] it exports
+//! in C layout ([`View`], [`GEXSHMEM_VIEW`]; docs/shmem.md, *Inline calls*): the calls
+//! that reach the library are those the view cannot serve.
 //!
 //! Everything else (the endpoint and its operations to PEs that are not mapped or to
 //! static data, the heap allocator, teams, contexts, collectives) is the [`State`],
@@ -70,6 +73,7 @@ use gex_sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
 use std::cell::UnsafeCell;
 use std::ffi::c_int;
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicPtr as CAtomicPtr; // check-atomics: C ABI (GEXSHMEM_VIEW)
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// What every fast path reads: published once by `shmem_init` (in [`PE`]), never
@@ -91,11 +95,56 @@ pub(crate) struct Pe {
     /// bytes of it that may be reached from there (mapped, published, and within this
     /// PE's heap length, so that one comparison checks a range); `(0, 0)` when the
     /// conduit does not map it (the endpoint carries those operations).
-    peers: Box<[(usize, usize)]>,
+    peers: Box<[Peer]>,
+    /// What shmem.h's inline gets read ([`View`]): `peers` and the PE numbers.
+    view: View,
     /// The atomic domains agreed on CPU atomics (not the NIC's): an atomic on a mapped
     /// word may be done here, coherently with the other PEs' (gex-rma's rule).
     cpu_atomics: bool,
     pub(crate) thread_level: i32,
+}
+
+/// One PE's heap as seen from here ([`Pe::peers`]): where this process maps it, and how
+/// many bytes of it a direct copy may reach (0: not mapped). C layout: shmem.h's
+/// `gexshmem_peer_t` reads it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Peer {
+    pub(crate) base: usize,
+    pub(crate) lim: usize,
+}
+
+/// The published PE as shmem.h's inline calls read it (its `gexshmem_view_t`: the same
+/// fields in the same order, C layout; a change of layout is a new name of the exported
+/// symbol, [`GEXSHMEM_VIEW`], so that a program built against another layout fails to
+/// link instead of misreading it). Addresses, not pointers, so that the view is `Sync`
+/// without an `unsafe impl`: `peers` of [`Pe::peers`]' first element (C: `const
+/// gexshmem_peer_t *`), `ep_nbi` of [`EP_NBI`] (C: a byte read atomically), and
+/// `outstanding` of [`OUTSTANDING`] (C: a `uint64_t` read atomically): the inline
+/// `shmem_quiet` is the fence of [`quiet_direct`] when both are clear. Lives in [`PE`],
+/// never changed or freed (module documentation).
+#[repr(C)]
+pub(crate) struct View {
+    heap_base: usize,
+    peers: usize,
+    ep_nbi: usize,
+    outstanding: usize,
+    npes: u32,
+    me: u32,
+}
+
+impl View {
+    /// The view of a PE whose heap starts at `heap_base`, over `peers`.
+    pub(crate) fn new(heap_base: usize, peers: &[Peer], npes: u32, me: u32) -> View {
+        View {
+            heap_base,
+            peers: peers.as_ptr() as usize,
+            ep_nbi: std::ptr::from_ref(&EP_NBI) as usize,
+            outstanding: std::ptr::from_ref(&OUTSTANDING) as usize,
+            npes,
+            me,
+        }
+    }
 }
 
 /// The published PE (module documentation).
@@ -103,6 +152,14 @@ static PE: OnceLock<Pe> = OnceLock::new();
 /// [`PE`]'s value between `shmem_init` and `shmem_finalize`, null outside: what every
 /// call reads first, one load.
 static PUB: AtomicPtr<Pe> = AtomicPtr::new(std::ptr::null_mut());
+/// [`PE`]'s [`View`] while [`PUB`] is set, null outside: exported as `gexshmem_view_v1`
+/// (`_v<layout>`) for the gets, puts and quiet that shmem.h inlines into C programs
+/// (docs/shmem.md, *Inline calls*). A
+/// `std` atomic, not gex-sync's shim: C reads it as a plain pointer, which only the
+/// `std` type's layout guarantees (the same as `*mut View`); it is stored twice
+/// (`init`, `finalize`) and never read by Rust.
+#[unsafe(export_name = "gexshmem_view_v1")]
+pub(crate) static GEXSHMEM_VIEW: CAtomicPtr<View> = CAtomicPtr::new(std::ptr::null_mut());
 /// An NBI put went through the endpoint since the last quiet (which then syncs it).
 static EP_NBI: AtomicBool = AtomicBool::new(false);
 /// The endpoint after `shmem_finalize`: kept, never dropped, so that its conduit's
@@ -152,7 +209,7 @@ impl Pe {
     /// reports errors.
     #[inline(always)]
     fn direct(&self, addr: usize, len: usize, pe: usize) -> Option<*mut u8> {
-        let &(base, lim) = self.peers.get(pe)?;
+        let &Peer { base, lim } = self.peers.get(pe)?;
         let off = addr.wrapping_sub(self.heap_base);
         if !within(off, len, lim) {
             return None;
