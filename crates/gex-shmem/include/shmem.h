@@ -232,9 +232,10 @@ void shmem_quiet(void);
 void shmem_ctx_quiet(shmem_ctx_t ctx);
 
 /* ---- Inline calls ------------------------------------------------------------
- * The blocking puts and gets on the default context (shmem_putmem, shmem_getmem, the
- * sized and typed put and get, the typed p and g) and shmem_fence and shmem_quiet are
- * inlined into the program where the library would do no more than the CPU can:
+ * The puts and gets on the default context (shmem_putmem, shmem_getmem, the sized
+ * and typed put and get, their _nbi forms, the typed p and g), shmem_fence and
+ * shmem_quiet are inlined into the program where the library would do no more than
+ * the CPU can:
  *  - a put or get when the other PE's heap is mapped in this process (over smp: every
  *    PE of the node; a get also needs that PE not to be this one, whose gets serve
  *    incoming requests): a range check and a copy from or to the mapping that
@@ -318,6 +319,14 @@ static inline int gexshmem_direct_put(void *dest, const void *source, size_t len
     } \
     static inline void gexshmem_fast_##N##_p(T *dest, T value, int pe) { \
         if (!gexshmem_direct_put(dest, &value, sizeof value, pe)) (shmem_##N##_p)(dest, value, pe); \
+    } \
+    static inline void gexshmem_fast_##N##_get_nbi(T *dest, const T *source, size_t nelems, int pe) { \
+        if (nelems > SIZE_MAX / sizeof(T) || !gexshmem_direct_get(dest, source, nelems * sizeof(T), pe)) \
+            (shmem_##N##_get_nbi)(dest, source, nelems, pe); \
+    } \
+    static inline void gexshmem_fast_##N##_put_nbi(T *dest, const T *source, size_t nelems, int pe) { \
+        if (nelems > SIZE_MAX / sizeof(T) || !gexshmem_direct_put(dest, source, nelems * sizeof(T), pe)) \
+            (shmem_##N##_put_nbi)(dest, source, nelems, pe); \
     }
 #define GEXSHMEM_FAST_SIZED(S) \
     static inline void gexshmem_fast_get##S(void *dest, const void *source, size_t nelems, int pe) { \
@@ -327,6 +336,14 @@ static inline int gexshmem_direct_put(void *dest, const void *source, size_t len
     static inline void gexshmem_fast_put##S(void *dest, const void *source, size_t nelems, int pe) { \
         if (nelems > SIZE_MAX / ((S) / 8) || !gexshmem_direct_put(dest, source, nelems * ((S) / 8), pe)) \
             (shmem_put##S)(dest, source, nelems, pe); \
+    } \
+    static inline void gexshmem_fast_get##S##_nbi(void *dest, const void *source, size_t nelems, int pe) { \
+        if (nelems > SIZE_MAX / ((S) / 8) || !gexshmem_direct_get(dest, source, nelems * ((S) / 8), pe)) \
+            (shmem_get##S##_nbi)(dest, source, nelems, pe); \
+    } \
+    static inline void gexshmem_fast_put##S##_nbi(void *dest, const void *source, size_t nelems, int pe) { \
+        if (nelems > SIZE_MAX / ((S) / 8) || !gexshmem_direct_put(dest, source, nelems * ((S) / 8), pe)) \
+            (shmem_put##S##_nbi)(dest, source, nelems, pe); \
     }
 GEXSHMEM_RMA_TYPES(GEXSHMEM_FAST_RMA)
 GEXSHMEM_SIZES(GEXSHMEM_FAST_SIZED)
@@ -335,6 +352,12 @@ static inline void gexshmem_fast_getmem(void *dest, const void *source, size_t n
 }
 static inline void gexshmem_fast_putmem(void *dest, const void *source, size_t nelems, int pe) {
     if (!gexshmem_direct_put(dest, source, nelems, pe)) (shmem_putmem)(dest, source, nelems, pe);
+}
+static inline void gexshmem_fast_getmem_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    if (!gexshmem_direct_get(dest, source, nelems, pe)) (shmem_getmem_nbi)(dest, source, nelems, pe);
+}
+static inline void gexshmem_fast_putmem_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    if (!gexshmem_direct_put(dest, source, nelems, pe)) (shmem_putmem_nbi)(dest, source, nelems, pe);
 }
 
 /* A full memory barrier, the library's (on x86-64 a locked or of 0 into a local: it
@@ -471,6 +494,66 @@ static inline void gexshmem_fast_quiet(void) {
 #define shmem_ptrdiff_p(...) gexshmem_fast_ptrdiff_p(__VA_ARGS__)
 #define shmem_fence(...) gexshmem_fast_fence(__VA_ARGS__)
 #define shmem_quiet(...) gexshmem_fast_quiet(__VA_ARGS__)
+#define shmem_getmem_nbi(...) gexshmem_fast_getmem_nbi(__VA_ARGS__)
+#define shmem_putmem_nbi(...) gexshmem_fast_putmem_nbi(__VA_ARGS__)
+#define shmem_get8_nbi(...) gexshmem_fast_get8_nbi(__VA_ARGS__)
+#define shmem_get16_nbi(...) gexshmem_fast_get16_nbi(__VA_ARGS__)
+#define shmem_get32_nbi(...) gexshmem_fast_get32_nbi(__VA_ARGS__)
+#define shmem_get64_nbi(...) gexshmem_fast_get64_nbi(__VA_ARGS__)
+#define shmem_get128_nbi(...) gexshmem_fast_get128_nbi(__VA_ARGS__)
+#define shmem_put8_nbi(...) gexshmem_fast_put8_nbi(__VA_ARGS__)
+#define shmem_put16_nbi(...) gexshmem_fast_put16_nbi(__VA_ARGS__)
+#define shmem_put32_nbi(...) gexshmem_fast_put32_nbi(__VA_ARGS__)
+#define shmem_put64_nbi(...) gexshmem_fast_put64_nbi(__VA_ARGS__)
+#define shmem_put128_nbi(...) gexshmem_fast_put128_nbi(__VA_ARGS__)
+#define shmem_float_get_nbi(...) gexshmem_fast_float_get_nbi(__VA_ARGS__)
+#define shmem_double_get_nbi(...) gexshmem_fast_double_get_nbi(__VA_ARGS__)
+#define shmem_longdouble_get_nbi(...) gexshmem_fast_longdouble_get_nbi(__VA_ARGS__)
+#define shmem_char_get_nbi(...) gexshmem_fast_char_get_nbi(__VA_ARGS__)
+#define shmem_schar_get_nbi(...) gexshmem_fast_schar_get_nbi(__VA_ARGS__)
+#define shmem_short_get_nbi(...) gexshmem_fast_short_get_nbi(__VA_ARGS__)
+#define shmem_int_get_nbi(...) gexshmem_fast_int_get_nbi(__VA_ARGS__)
+#define shmem_long_get_nbi(...) gexshmem_fast_long_get_nbi(__VA_ARGS__)
+#define shmem_longlong_get_nbi(...) gexshmem_fast_longlong_get_nbi(__VA_ARGS__)
+#define shmem_uchar_get_nbi(...) gexshmem_fast_uchar_get_nbi(__VA_ARGS__)
+#define shmem_ushort_get_nbi(...) gexshmem_fast_ushort_get_nbi(__VA_ARGS__)
+#define shmem_uint_get_nbi(...) gexshmem_fast_uint_get_nbi(__VA_ARGS__)
+#define shmem_ulong_get_nbi(...) gexshmem_fast_ulong_get_nbi(__VA_ARGS__)
+#define shmem_ulonglong_get_nbi(...) gexshmem_fast_ulonglong_get_nbi(__VA_ARGS__)
+#define shmem_int8_get_nbi(...) gexshmem_fast_int8_get_nbi(__VA_ARGS__)
+#define shmem_int16_get_nbi(...) gexshmem_fast_int16_get_nbi(__VA_ARGS__)
+#define shmem_int32_get_nbi(...) gexshmem_fast_int32_get_nbi(__VA_ARGS__)
+#define shmem_int64_get_nbi(...) gexshmem_fast_int64_get_nbi(__VA_ARGS__)
+#define shmem_uint8_get_nbi(...) gexshmem_fast_uint8_get_nbi(__VA_ARGS__)
+#define shmem_uint16_get_nbi(...) gexshmem_fast_uint16_get_nbi(__VA_ARGS__)
+#define shmem_uint32_get_nbi(...) gexshmem_fast_uint32_get_nbi(__VA_ARGS__)
+#define shmem_uint64_get_nbi(...) gexshmem_fast_uint64_get_nbi(__VA_ARGS__)
+#define shmem_size_get_nbi(...) gexshmem_fast_size_get_nbi(__VA_ARGS__)
+#define shmem_ptrdiff_get_nbi(...) gexshmem_fast_ptrdiff_get_nbi(__VA_ARGS__)
+#define shmem_float_put_nbi(...) gexshmem_fast_float_put_nbi(__VA_ARGS__)
+#define shmem_double_put_nbi(...) gexshmem_fast_double_put_nbi(__VA_ARGS__)
+#define shmem_longdouble_put_nbi(...) gexshmem_fast_longdouble_put_nbi(__VA_ARGS__)
+#define shmem_char_put_nbi(...) gexshmem_fast_char_put_nbi(__VA_ARGS__)
+#define shmem_schar_put_nbi(...) gexshmem_fast_schar_put_nbi(__VA_ARGS__)
+#define shmem_short_put_nbi(...) gexshmem_fast_short_put_nbi(__VA_ARGS__)
+#define shmem_int_put_nbi(...) gexshmem_fast_int_put_nbi(__VA_ARGS__)
+#define shmem_long_put_nbi(...) gexshmem_fast_long_put_nbi(__VA_ARGS__)
+#define shmem_longlong_put_nbi(...) gexshmem_fast_longlong_put_nbi(__VA_ARGS__)
+#define shmem_uchar_put_nbi(...) gexshmem_fast_uchar_put_nbi(__VA_ARGS__)
+#define shmem_ushort_put_nbi(...) gexshmem_fast_ushort_put_nbi(__VA_ARGS__)
+#define shmem_uint_put_nbi(...) gexshmem_fast_uint_put_nbi(__VA_ARGS__)
+#define shmem_ulong_put_nbi(...) gexshmem_fast_ulong_put_nbi(__VA_ARGS__)
+#define shmem_ulonglong_put_nbi(...) gexshmem_fast_ulonglong_put_nbi(__VA_ARGS__)
+#define shmem_int8_put_nbi(...) gexshmem_fast_int8_put_nbi(__VA_ARGS__)
+#define shmem_int16_put_nbi(...) gexshmem_fast_int16_put_nbi(__VA_ARGS__)
+#define shmem_int32_put_nbi(...) gexshmem_fast_int32_put_nbi(__VA_ARGS__)
+#define shmem_int64_put_nbi(...) gexshmem_fast_int64_put_nbi(__VA_ARGS__)
+#define shmem_uint8_put_nbi(...) gexshmem_fast_uint8_put_nbi(__VA_ARGS__)
+#define shmem_uint16_put_nbi(...) gexshmem_fast_uint16_put_nbi(__VA_ARGS__)
+#define shmem_uint32_put_nbi(...) gexshmem_fast_uint32_put_nbi(__VA_ARGS__)
+#define shmem_uint64_put_nbi(...) gexshmem_fast_uint64_put_nbi(__VA_ARGS__)
+#define shmem_size_put_nbi(...) gexshmem_fast_size_put_nbi(__VA_ARGS__)
+#define shmem_ptrdiff_put_nbi(...) gexshmem_fast_ptrdiff_put_nbi(__VA_ARGS__)
 #define GEXSHMEM_INLINE_CALLS 1
 #endif
 
@@ -682,7 +765,7 @@ void gexshmem_generic_type_not_supported(void);
 #define GEXSHMEM_DC_2_3(L, F, ...) GEXSHMEM_CTX(L, GEXSHMEM_GCCONST, F, __VA_ARGS__)
 #define GEXSHMEM_DISPATCH_CONST(LIST, F, N, ...) \
     GEXSHMEM_CAT(GEXSHMEM_DC_, GEXSHMEM_CAT(N, GEXSHMEM_CAT(_, GEXSHMEM_PICK(__VA_ARGS__))))(LIST, F, __VA_ARGS__)
-/* The plain forms of put, get, p and g select the inline calls (above). */
+/* The plain forms of put, get, their _nbi forms, p and g select the inline calls (above). */
 #define GEXSHMEM_GF(T, N, F) T *: gexshmem_fast_##N##_##F,
 #define GEXSHMEM_GFCONST(T, N, F) T *: gexshmem_fast_##N##_##F, const T *: gexshmem_fast_##N##_##F,
 #define GEXSHMEM_DF_4_4(L, F, ...) GEXSHMEM_PLAIN(L, GEXSHMEM_GF, F, __VA_ARGS__)
@@ -715,8 +798,16 @@ void gexshmem_generic_type_not_supported(void);
 #else
 #define shmem_get(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, get, 4, __VA_ARGS__)
 #endif
+#ifdef GEXSHMEM_INLINE_CALLS
+#define shmem_put_nbi(...) GEXSHMEM_DISPATCH_FAST(GEXSHMEM_G_RMA, put_nbi, 4, __VA_ARGS__)
+#else
 #define shmem_put_nbi(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, put_nbi, 4, __VA_ARGS__)
+#endif
+#ifdef GEXSHMEM_INLINE_CALLS
+#define shmem_get_nbi(...) GEXSHMEM_DISPATCH_FAST(GEXSHMEM_G_RMA, get_nbi, 4, __VA_ARGS__)
+#else
 #define shmem_get_nbi(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, get_nbi, 4, __VA_ARGS__)
+#endif
 #define shmem_iput(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, iput, 6, __VA_ARGS__)
 #define shmem_iget(...) GEXSHMEM_DISPATCH(GEXSHMEM_G_RMA, iget, 6, __VA_ARGS__)
 #ifdef GEXSHMEM_INLINE_CALLS

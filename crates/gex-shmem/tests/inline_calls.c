@@ -1,8 +1,9 @@
 /*
  * shmem.h's inline calls (docs/shmem.md, "Inline calls"), run on 2 or more PEs by
  * tests/inline_calls.sh: every family of get (getmem, sized, typed, g, the generic
- * names) returns the peer's data and every family of put (putmem, sized, typed, p, the
- * generic names) lands in the peer's heap, ordered by fence and quiet; the direct copy
+ * names, the _nbi forms) returns the peer's data and every family of put (putmem,
+ * sized, typed, p, the generic names, the _nbi forms) lands in the peer's heap,
+ * ordered by fence and quiet; the direct copy
  * is taken exactly when it may be (a mapped peer's heap, EXPECT_INLINE=1) and declined
  * otherwise (a get of this PE, static data, a null local buffer, a PE out of range, a
  * range below or beyond the mapped heap, a network or AM-path peer), and the library's
@@ -106,7 +107,7 @@ int main(void) {
 
     /* Puts of every family into the peer's heap[48 ..] and static data, then a
      * quiet and a barrier; the peer checks what landed in its own. */
-    long *in = heap + 48; /* heap[48 .. 58]: no cell read elsewhere */
+    long *in = heap + 48; /* heap[48 .. 62]: no cell read elsewhere */
     shmem_barrier_all();
     long src[8];
     for (int i = 0; i < 8; i++) src[i] = value(me, 1000 + i);
@@ -126,6 +127,9 @@ int main(void) {
     shmem_long_p(stat_data + 9, src[1], peer);                     /* static data */
     shmem_putmem(stat_data + 10, src + 2, sizeof(long), peer);
     shmem_ctx_putmem(SHMEM_CTX_DEFAULT, in + 9, src + 3, sizeof(long), peer);
+    shmem_putmem_nbi(in + 10, src + 4, sizeof(long), peer);       /* in[10] */
+    shmem_long_put_nbi(in + 11, src + 5, 1, peer);                 /* in[11] */
+    shmem_put64_nbi(in + 12, src + 6, 1, peer);                    /* in[12] */
     shmem_quiet();
     shmem_barrier_all();
     int from = (me + npes - 1) % npes;
@@ -133,6 +137,23 @@ int main(void) {
     CHECK(*(int *)(in + 6) == (int)value(from, 1006), "int_p");
     CHECK(in[7] == value(from, 1007) && in[8] == value(from, 1000), "generic p and put");
     CHECK(in[9] == value(from, 1003), "ctx_putmem");
+    CHECK(in[10] == value(from, 1004) && in[11] == value(from, 1005) && in[12] == value(from, 1006),
+          "nbi puts %ld %ld %ld", in[10], in[11], in[12]);
+    memset(buf, 0, sizeof buf);
+    shmem_getmem_nbi(buf, heap + 1, sizeof(long), peer);
+    shmem_long_get_nbi(buf + 1, heap + 2, 1, peer);
+    shmem_get32_nbi(buf + 2, heap + 3, 2, peer);
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+    shmem_get_nbi(buf + 3, heap + 4, 1, peer);
+    shmem_put_nbi(in + 13, src + 7, 1, peer);
+#else
+    shmem_long_get_nbi(buf + 3, heap + 4, 1, peer);
+    shmem_long_put_nbi(in + 13, src + 7, 1, peer);
+#endif
+    shmem_quiet();
+    for (int i = 0; i < 4; i++) CHECK(buf[i] == value(peer, 1 + i), "nbi get %d = %ld", i, buf[i]);
+    shmem_barrier_all();
+    CHECK(in[13] == value(from, 1007), "generic put_nbi");
     CHECK(stat_data[9] == value(from, 1001) && stat_data[10] == value(from, 1002), "puts to static data");
     shmem_barrier_all();
 
