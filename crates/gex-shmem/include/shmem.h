@@ -283,13 +283,15 @@ static inline char *gexshmem_direct_at(const gexshmem_view_t *v, const void *add
 }
 
 /* Copies len bytes at symmetric address source of PE pe into dest when that is a
- * direct copy (returns 1); returns 0, having done nothing, when the library must. */
+ * direct copy (returns 1); returns 0, having done nothing, when the library must.
+ * memmove: the two may overlap (a put within this PE's heap, a buffer from
+ * shmem_ptr); for a constant small length the compiler makes it a load and a store. */
 static inline int gexshmem_direct_get(void *dest, const void *source, size_t len, int pe) {
     const gexshmem_view_t *v = __atomic_load_n(&gexshmem_view_v1, __ATOMIC_ACQUIRE);
     if (v == NULL || dest == NULL || (uint32_t)pe == v->me) return 0;
     const char *at = gexshmem_direct_at(v, source, len, pe);
     if (at == NULL) return 0;
-    memcpy(dest, at, len);
+    memmove(dest, at, len);
     return 1;
 }
 
@@ -299,7 +301,7 @@ static inline int gexshmem_direct_put(void *dest, const void *source, size_t len
     if (v == NULL || source == NULL) return 0;
     char *at = gexshmem_direct_at(v, dest, len, pe);
     if (at == NULL) return 0;
-    memcpy(at, source, len);
+    memmove(at, source, len);
     return 1;
 }
 
