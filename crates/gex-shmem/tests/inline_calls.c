@@ -157,6 +157,44 @@ int main(void) {
     CHECK(stat_data[9] == value(from, 1001) && stat_data[10] == value(from, 1002), "puts to static data");
     shmem_barrier_all();
 
+    /* Overlapping source and destination, as memmove: within this PE's heap (put
+     * and get), and into the peer's heap through the mapping shmem_ptr gives. */
+    {
+        enum { L = 300 };
+        unsigned char *r = shmem_malloc(2 * L);
+        for (int i = 0; i < 2 * L; i++) r[i] = (unsigned char)(i * 3 + me);
+        shmem_putmem(r + 5, r, L, me);
+        int bad = 0;
+        for (int i = 0; i < L; i++) bad += r[5 + i] != (unsigned char)(i * 3 + me);
+        CHECK(bad == 0, "overlapping put on this PE: %d bytes wrong", bad);
+        for (int i = 0; i < 2 * L; i++) r[i] = (unsigned char)(i * 5 + me);
+        shmem_getmem(r, r + 7, L, me);
+        bad = 0;
+        for (int i = 0; i < L; i++) bad += r[i] != (unsigned char)((i + 7) * 5 + me);
+        CHECK(bad == 0, "overlapping get on this PE: %d bytes wrong", bad);
+        for (int i = 0; i < 2 * L; i++) r[i] = (unsigned char)(i * 7 + me);
+        shmem_barrier_all();
+        unsigned char *pr = shmem_ptr(r, peer);
+        if (pr != NULL) {
+            /* Peer's r[0 .. L) moved to its r[3 ..] by a get from it into its own
+             * mapping, then its r[1 ..] moved back to r[0 ..] by a put from it. */
+            shmem_getmem(pr + 3, r, L, peer);
+            shmem_putmem(r, pr + 1, L, peer);
+        }
+        shmem_barrier_all();
+        if (pr != NULL) {
+            /* Mine, done by the PE before me (both PEs map each other or neither). */
+            bad = 0;
+            for (int i = 0; i < L; i++) {
+                int was = i + 1 < 3 ? i + 1 : i + 1 - 3; /* r[i + 1] after the get */
+                bad += r[i] != (unsigned char)(was * 7 + me);
+            }
+            CHECK(bad == 0, "overlapping get and put through shmem_ptr: %d bytes wrong", bad);
+        }
+        shmem_barrier_all();
+        shmem_free(r);
+    }
+
     int inline_on = 0;
 #ifdef GEXSHMEM_INLINE_CALLS
     inline_on = 1;

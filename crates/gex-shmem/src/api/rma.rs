@@ -19,8 +19,18 @@ struct Xfer {
 /// Put of `x` (`nbi`: completion may wait for the next quiet).
 unsafe fn put_n(x: Xfer, nbi: bool) -> Result<(), ShmemError> {
     let pe = ctx_pe(x.ctx, x.pe)?;
-    // SAFETY: the caller's promise for `src`.
-    let src = unsafe { rd(x.src, bytes(x.n, x.size)?) }?;
+    let len = bytes(x.n, x.size)?;
+    if state::overlaps_target(x.dst as usize, len, pe, x.src as usize) {
+        // The source is (partly) the destination: copied aside first, as `memmove`
+        // would, so that no borrow of it lives while it is written.
+        let mut aside = vec![0u8; len];
+        // SAFETY: the caller's promise for `src` (non-null: it overlaps a mapped
+        // range); `aside` is this function's.
+        unsafe { std::ptr::copy_nonoverlapping(x.src.cast::<u8>(), aside.as_mut_ptr(), len) };
+        return state::put_on(ctx_index(x.ctx), x.dst as usize, &aside, pe, nbi);
+    }
+    // SAFETY: the caller's promise for `src`, apart from the destination (checked).
+    let src = unsafe { rd(x.src, len) }?;
     state::put_on(ctx_index(x.ctx), x.dst as usize, src, pe, nbi)
 }
 
@@ -129,8 +139,18 @@ unsafe fn g_slow<T: Copy + Default>(ctx: *mut c_void, src: *const T, pe: c_int) 
 /// Get of `x`.
 unsafe fn get_n(x: Xfer) -> Result<(), ShmemError> {
     let pe = ctx_pe(x.ctx, x.pe)?;
-    // SAFETY: the caller's promise for `dst`.
-    let dst = unsafe { wr(x.dst, bytes(x.n, x.size)?) }?;
+    let len = bytes(x.n, x.size)?;
+    if state::overlaps_target(x.src as usize, len, pe, x.dst as usize) {
+        // The destination is (partly) the source: received aside first (`put_n`).
+        let mut aside = vec![0u8; len];
+        state::get_on(ctx_index(x.ctx), &mut aside, x.src as usize, pe)?;
+        // SAFETY: the caller's promise for `dst` (non-null: it overlaps a mapped
+        // range); `aside` is this function's.
+        unsafe { std::ptr::copy_nonoverlapping(aside.as_ptr(), x.dst.cast::<u8>(), len) };
+        return Ok(());
+    }
+    // SAFETY: the caller's promise for `dst`, apart from the source (checked).
+    let dst = unsafe { wr(x.dst, len) }?;
     state::get_on(ctx_index(x.ctx), dst, x.src as usize, pe)
 }
 

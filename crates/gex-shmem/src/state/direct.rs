@@ -34,11 +34,73 @@ pub(crate) unsafe fn put_direct(dst: usize, src: *const u8, len: usize, pe: c_in
     let Some((_, at)) = direct_range(dst, len, src.is_null(), pe) else {
         return false;
     };
+    if overlap(src as usize, at as usize, len) {
+        // SAFETY: as below.
+        unsafe { put_overlapping(at, src, len) };
+        return true;
+    }
     // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked against
     // the reachable length), mapped for the life of the process (module documentation);
-    // `src` the caller's; byte-wise atomic stores on the shared side.
+    // `src` the caller's, not written during the copy (it does not overlap `at ..`,
+    // checked); byte-wise atomic stores on the shared side.
     unsafe { gex_sync::copy::atomic_write(at, std::slice::from_raw_parts(src, len)) };
     true
+}
+
+/// Whether the local buffer at `local` shares a byte with the `len` bytes at symmetric
+/// address `addr` of PE `pe` as this process sees them: through the mapping of `pe`'s
+/// heap, or, on this PE, at `addr` itself (also when the heap is reached through the
+/// endpoint, `GEX_RMA_PATH=am`). The checked paths then copy through a buffer
+/// (`api::rma`'s `put_n` and `get_n`).
+pub(crate) fn overlaps_target(addr: usize, len: usize, pe: c_int, local: usize) -> bool {
+    let Some(p) = published() else {
+        return false;
+    };
+    if pe as u32 == p.me && overlap(local, addr, len) {
+        return true;
+    }
+    p.direct(addr, len, pe as usize)
+        .is_some_and(|at| overlap(local, at as usize, len))
+}
+
+/// Whether `[a, a + len)` and `[b, b + len)` share a byte (never for `len` 0): a put
+/// within this PE's heap, or a local buffer that is a mapping from `shmem_ptr`. The
+/// atomic copies need their local side apart from the shared side
+/// ([`gex_sync::copy::atomic_write`]'s `data` is a shared borrow, written by nobody
+/// during the call), so such copies go through a buffer, as `memmove` would.
+#[inline(always)]
+fn overlap(a: usize, b: usize, len: usize) -> bool {
+    a.wrapping_sub(b) < len || b.wrapping_sub(a) < len
+}
+
+/// [`put_direct`] of a source overlapping its destination: the source copied aside
+/// first (an allocation: a rare case, off the fast path).
+///
+/// # Safety
+/// `src` valid for reads of `len` bytes; `at .. at + len` inside a mapped heap.
+#[cold]
+#[inline(never)]
+unsafe fn put_overlapping(at: *mut u8, src: *const u8, len: usize) {
+    let mut aside = vec![0u8; len];
+    // SAFETY: the caller's `src`; `aside` is this function's, apart from it.
+    unsafe { std::ptr::copy_nonoverlapping(src, aside.as_mut_ptr(), len) };
+    // SAFETY: the caller's `at`; `aside` is not written during the copy.
+    unsafe { gex_sync::copy::atomic_write(at, &aside) };
+}
+
+/// [`get_direct`] (or [`get_own`]) into a destination overlapping its source, as
+/// [`put_overlapping`].
+///
+/// # Safety
+/// `dst` valid for writes of `len` bytes; `at .. at + len` inside a mapped heap.
+#[cold]
+#[inline(never)]
+unsafe fn get_overlapping(dst: *mut u8, at: *const u8, len: usize) {
+    let mut aside = vec![0u8; len];
+    // SAFETY: the caller's `at`; `aside` is this function's.
+    unsafe { gex_sync::copy::atomic_read(at, &mut aside) };
+    // SAFETY: the caller's `dst`; `aside` is apart from it.
+    unsafe { std::ptr::copy_nonoverlapping(aside.as_ptr(), dst, len) };
 }
 
 /// The lock-free get, as [`put_direct`].
@@ -51,13 +113,14 @@ pub(crate) unsafe fn get_direct(dst: *mut u8, src: usize, len: usize, pe: c_int)
     let Some((p, at)) = direct_range(src, len, dst.is_null(), pe) else {
         return false;
     };
-    if pe as u32 == p.me {
+    if pe as u32 == p.me || overlap(dst as usize, at as usize, len) {
         // SAFETY: as below.
         unsafe { get_own(dst, at, len) };
         return true;
     }
     // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life of the
-    // process; byte-wise atomic loads; `dst` is the caller's.
+    // process; byte-wise atomic loads; `dst` is the caller's, apart from `at ..`
+    // (checked).
     unsafe { gex_sync::copy::atomic_read(at, std::slice::from_raw_parts_mut(dst, len)) };
     true
 }
@@ -65,14 +128,20 @@ pub(crate) unsafe fn get_direct(dst: *mut u8, src: usize, len: usize, pe: c_int)
 /// [`get_direct`] from this PE's own heap: programs spin on gets of their own data, so
 /// it serves the others first. Out of line, so that the common path (another PE)
 /// calls nothing and saves no register (the 8-byte get's cell, issue 27 point 4).
+/// Also a get into a destination that overlaps its source ([`overlap`]), from any PE.
 ///
 /// # Safety
-/// As the copy in [`get_direct`]: `at..at + len` inside this PE's mapped heap, `dst`
-/// valid for writes of `len` bytes.
+/// As the copy in [`get_direct`]: `at..at + len` inside a mapped heap, `dst` valid for
+/// writes of `len` bytes.
 #[inline(never)]
 unsafe fn get_own(dst: *mut u8, at: *const u8, len: usize) {
     serve();
-    // SAFETY: the caller's promise.
+    if overlap(dst as usize, at as usize, len) {
+        // SAFETY: the caller's promise.
+        unsafe { get_overlapping(dst, at, len) };
+        return;
+    }
+    // SAFETY: the caller's promise; `dst` apart from `at ..` (checked).
     unsafe { gex_sync::copy::atomic_read(at, std::slice::from_raw_parts_mut(dst, len)) };
 }
 
