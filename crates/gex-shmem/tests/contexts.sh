@@ -21,19 +21,11 @@ source "$here/expect.sh"
 build_test "$prefix" contexts
 failed=0
 for c in "${configs[@]}"; do
-    envs=(GEX_MAX_ENDPOINTS=16)
-    case "$c" in
-    smp) envs+=(EXPECT_CTX_EP=0) ;;
-    smp-am) envs+=(GEX_RMA_PATH=am EXPECT_CTX_EP=1) ;;
-    ofi)
-        if ! nm -D "$prefix/lib/libgexshmem.so" | grep fi_fabric >/dev/null; then
-            echo "contexts.sh: ofi: skipped (the install has no ofi conduit)"
-            continue
-        fi
-        envs+=(GEX_CONDUIT=ofi GEX_OFI_PROVIDER=tcp EXPECT_CTX_EP=1) ;;
-    *) echo "contexts.sh: unknown configuration $c" >&2; exit 2 ;;
-    esac
+    conduit_env contexts.sh "$prefix" "$c" || continue
+    # Over smp contexts need no endpoint; through the AM path and ofi they have their own.
+    expect=1
+    [[ $c == smp ]] && expect=0
     expect_ok "contexts.sh: $c" contexts "$work/$c.out" \
-        env "${envs[@]}" "$prefix/bin/oshrun" -n 2 "$work/contexts" || failed=1
+        env GEX_MAX_ENDPOINTS=16 "${cenv[@]}" EXPECT_CTX_EP=$expect "$prefix/bin/oshrun" -n 2 "$work/contexts" || failed=1
 done
 exit $failed

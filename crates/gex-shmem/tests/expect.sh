@@ -1,4 +1,5 @@
-# Sourced by contexts.sh, inline_calls.sh and thread_levels.sh (not run by itself): expect_ok, build_test.
+# Sourced by contexts.sh, inline_calls.sh and thread_levels.sh (not run by itself):
+# expect_ok, build_test, conduit_env.
 #
 # expect_ok TAG NAME OUT CMD...: runs CMD under a 60 s timeout with its output in OUT;
 # passes (printing TAG and the program's "NAME: ok" line) if it exits 0 and printed that
@@ -25,4 +26,25 @@ build_test() {
     trap "rm -rf '$work'" EXIT
     "$1/bin/oshcc" -std=c11 -O1 -g -Wall -Werror -pthread "$src" -o "$work/$2" \
         || { echo "$2.sh: oshcc failed" >&2; exit 1; }
+}
+
+# conduit_env TAG PREFIX CONFIG: sets the array cenv to the environment of a run on
+# CONFIG: smp (nothing), smp-am (GEX_RMA_PATH=am: every operation through the
+# endpoint) or ofi (tcp;ofi_rxm). Returns 1, saying so, for ofi when PREFIX's library
+# has no ofi conduit; exits the script on an unknown configuration.
+conduit_env() {
+    local tag="$1" prefix="$2"
+    cenv=()
+    case "$3" in
+    smp) ;;
+    smp-am) cenv=(GEX_RMA_PATH=am) ;;
+    ofi)
+        # (grep without -q: nm must not die of SIGPIPE under pipefail)
+        if ! nm -D "$prefix/lib/libgexshmem.so" | grep fi_fabric >/dev/null; then
+            echo "$tag: ofi: skipped (the install has no ofi conduit)"
+            return 1
+        fi
+        cenv=(GEX_CONDUIT=ofi GEX_OFI_PROVIDER=tcp) ;;
+    *) echo "$tag: unknown configuration $3" >&2; exit 2 ;;
+    esac
 }

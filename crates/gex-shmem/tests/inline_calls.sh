@@ -32,21 +32,13 @@ if nm "$work/inline_calls_noinline" | grep -q gexshmem_view_v1; then
 fi
 failed=0
 for c in "${configs[@]}"; do
-    envs=()
-    case "$c" in
-    smp) envs+=(EXPECT_INLINE=1) ;;
-    smp-am) envs+=(GEX_RMA_PATH=am EXPECT_INLINE=0) ;;
-    ofi)
-        if ! nm -D "$prefix/lib/libgexshmem.so" | grep fi_fabric >/dev/null; then
-            echo "inline_calls.sh: ofi: skipped (the install has no ofi conduit)"
-            continue
-        fi
-        envs+=(GEX_CONDUIT=ofi GEX_OFI_PROVIDER=tcp EXPECT_INLINE=0) ;;
-    *) echo "inline_calls.sh: unknown configuration $c" >&2; exit 2 ;;
-    esac
+    conduit_env inline_calls.sh "$prefix" "$c" || continue
+    # Only over smp are the peers' heaps mapped here (the AM path and ofi: none).
+    expect=0
+    [[ $c == smp ]] && expect=1
     for b in inline_calls inline_calls_noinline; do
         expect_ok "inline_calls.sh: $c, $b" inline_calls "$work/$c.$b.out" \
-            env "${envs[@]}" "$prefix/bin/oshrun" -n 2 "$work/$b" || failed=1
+            env "${cenv[@]}" EXPECT_INLINE=$expect "$prefix/bin/oshrun" -n 2 "$work/$b" || failed=1
     done
 done
 exit $failed
