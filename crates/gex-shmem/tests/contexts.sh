@@ -10,14 +10,10 @@
 # CARGO_FEATURES=ofi; sos/run makes one and runs this). CONFIG: any of smp, smp-am, ofi
 # (default: all three; ofi is skipped with a message when the install has no ofi).
 set -uo pipefail
-[[ $# -ge 1 ]] || { echo "usage: contexts.sh PREFIX [smp|smp-am|ofi ...]" >&2; exit 2; }
-prefix="$1"
-shift
-configs=("$@")
-[[ ${#configs[@]} -gt 0 ]] || configs=(smp smp-am ofi)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=crates/gex-shmem/tests/expect.sh
 source "$here/expect.sh"
+prefix_and_configs contexts.sh "$@"
 build_test "$prefix" contexts
 failed=0
 for c in "${configs[@]}"; do

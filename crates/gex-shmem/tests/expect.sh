@@ -1,6 +1,19 @@
 # Sourced by contexts.sh, inline_calls.sh and thread_levels.sh (not run by itself):
-# expect_ok, build_test, conduit_env.
+# prefix_and_configs, expect_ok, build_test, conduit_env.
 #
+# prefix_and_configs TAG ARGS...: the scripts' arguments, PREFIX [CONFIG...]: sets
+# prefix and the array configs (default: smp smp-am ofi); exits with the usage if
+# PREFIX is missing.
+prefix_and_configs() {
+    local tag="$1"
+    shift
+    [[ $# -ge 1 ]] || { echo "usage: $tag PREFIX [smp|smp-am|ofi ...]" >&2; exit 2; }
+    prefix="$1"
+    shift
+    configs=("$@")
+    [[ ${#configs[@]} -gt 0 ]] || configs=(smp smp-am ofi)
+}
+
 # expect_ok TAG NAME OUT CMD...: runs CMD under a 60 s timeout with its output in OUT;
 # passes (printing TAG and the program's "NAME: ok" line) if it exits 0 and printed that
 # line, else prints TAG, FAILED and the output's last lines and returns 1.

@@ -11,14 +11,10 @@
 # any of smp, smp-am, ofi (default: all three; ofi is skipped with a message when the
 # install has no ofi).
 set -uo pipefail
-[[ $# -ge 1 ]] || { echo "usage: inline_calls.sh PREFIX [smp|smp-am|ofi ...]" >&2; exit 2; }
-prefix="$1"
-shift
-configs=("$@")
-[[ ${#configs[@]} -gt 0 ]] || configs=(smp smp-am ofi)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=crates/gex-shmem/tests/expect.sh
 source "$here/expect.sh"
+prefix_and_configs inline_calls.sh "$@"
 build_test "$prefix" inline_calls
 "$prefix/bin/oshcc" -std=c11 -O1 -g -Wall -Werror -DGEXSHMEM_NO_INLINE "$here/inline_calls.c" \
     -o "$work/inline_calls_noinline" || { echo "inline_calls.sh: oshcc -DGEXSHMEM_NO_INLINE failed" >&2; exit 1; }
