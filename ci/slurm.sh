@@ -2,7 +2,7 @@
 # ci/slurm.sh — a real one-node Slurm for gex's launcher tests, runnable on a
 # developer machine (as root) as well as in CI.
 #
-#   ci/slurm.sh test     start Slurm, run the srun tests and gex-perf under srun, stop
+#   ci/slurm.sh test     start Slurm, run the srun tests, gex-perf and C programs under srun, stop
 #   ci/slurm.sh start    start munged (if none runs), slurmctld and slurmd; wait for the
 #                        node to be idle; print the SLURM_CONF to export
 #   ci/slurm.sh stop     cancel every job, stop the daemons this script started, remove
@@ -223,6 +223,8 @@ test_all() {
     run 20m cargo build --locked --release -p gex-perf -p gex -p gex-info \
         --bin gex-perf --bin gex-info --example hello --features gex-perf/pmix,gex-info/pmix
     binaries_under_srun
+    # C programs on gex-capi and gex-shmem (installed with the PMIx client) under both.
+    run 20m bash crates/gex-capi/tests/c_launchers.sh srun
 }
 
 case "${1:-}" in

@@ -8,8 +8,11 @@
 # profile $PROFILE (release unless PROFILE=debug) with the crate's features
 # $CARGO_FEATURES, and installs under $PREFIX (default /usr/local): HEADER to include/,
 # the two libraries to lib/ and gex-run to bin/ (lib/pkgconfig is made for the caller's
-# .pc file). It sets `PREFIX` and `version` (the workspace's); `fill TEMPLATE` then
-# writes TEMPLATE with @PREFIX@ and @VERSION@ filled in to its standard output.
+# .pc file). It sets `PREFIX`, `version` (the workspace's) and `system_libs` (what the
+# static library needs of the system for the features asked for: libfabric for `ofi`,
+# libpmix for `pmix`, as pkg-config or LIBFABRIC_DIR / LIBPMIX_DIR give them; the
+# shared library records its own); `fill TEMPLATE` then writes TEMPLATE with
+# @PREFIX@, @VERSION@ and @SYSTEM_LIBS@ filled in to its standard output.
 
 install_lib() {
     local crate="$1" lib="$2" header="$3"
@@ -27,8 +30,40 @@ install_lib() {
     install -m 0755 "$target/lib$lib.so" "$PREFIX/lib/lib$lib.so"
     install -m 0644 "$target/lib$lib.a" "$PREFIX/lib/lib$lib.a"
     install -m 0755 "$target/gex-run" "$PREFIX/bin/gex-run"
+    system_libs="$(features_system_libs)"
+}
+
+# The system libraries of the features in $CARGO_FEATURES (space- or comma-separated),
+# as linker arguments on one line.
+features_system_libs() {
+    local f=" ${CARGO_FEATURES:-} " libs=() fl=() d
+    f="${f//,/ }"
+    if [[ "$f" == *" ofi "* ]]; then
+        if [[ -n "${LIBFABRIC_DIR:-}" ]]; then
+            for d in lib lib64; do
+                [[ -d "$LIBFABRIC_DIR/$d" ]] && libs+=("-L$LIBFABRIC_DIR/$d")
+            done
+            libs+=(-lfabric)
+        else
+            read -ra fl <<<"$(pkg-config --libs libfabric)"
+            libs+=("${fl[@]}")
+        fi
+    fi
+    if [[ "$f" == *" pmix "* ]]; then
+        if [[ -n "${LIBPMIX_DIR:-}" ]]; then
+            for d in lib lib64; do
+                [[ -d "$LIBPMIX_DIR/$d" ]] && libs+=("-L$LIBPMIX_DIR/$d" "-Wl,-rpath,$LIBPMIX_DIR/$d")
+            done
+            libs+=(-lpmix)
+        else
+            read -ra fl <<<"$(pkg-config --libs pmix)"
+            libs+=("${fl[@]}")
+        fi
+    fi
+    echo "${libs[*]}"
 }
 
 fill() {
-    sed -e "s|@PREFIX@|$PREFIX|g" -e "s|@VERSION@|$version|g" "$1"
+    sed -e "s|@PREFIX@|$PREFIX|g" -e "s|@VERSION@|$version|g" \
+        -e "s|@SYSTEM_LIBS@|$system_libs|g" "$1"
 }

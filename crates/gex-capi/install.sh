@@ -8,8 +8,11 @@
 #   $PREFIX/lib/pkgconfig/gex.pc      for `pkg-config --cflags --libs gex`
 #   $PREFIX/bin/gex-run               the launcher (`gex-run -n 4 ./prog`)
 #
-# PREFIX defaults to /usr/local. CARGO_FEATURES (e.g. "ofi") adds features of the
-# gex-capi crate (ofi: the libfabric conduit, needs the system libfabric >= 1.17).
+# PREFIX defaults to /usr/local. CARGO_FEATURES (e.g. "ofi pmix") adds features of the
+# gex-capi crate: ofi, the libfabric conduit (needs the system libfabric >= 1.17); pmix,
+# gex-boot's PMIx client, for Open MPI's mpirun, prterun and srun --mpi=pmix (needs the
+# system libpmix >= 4: libpmix-dev). mpiexec (MPICH's hydra), srun --mpi=pmi2 and
+# gex-run need no feature.
 # PROFILE=debug installs the debug build instead. The steps are install-lib.sh's,
 # shared with crates/gex-shmem/install.sh.
 # Then build a program with

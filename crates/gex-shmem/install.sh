@@ -9,8 +9,11 @@
 #   $PREFIX/bin/oshcc                         compiler wrapper (`oshcc prog.c -o prog`)
 #   $PREFIX/bin/oshrun, gex-run               the launcher and its alias (`oshrun -n 4 ./prog`)
 #
-# PREFIX defaults to /usr/local. CARGO_FEATURES (e.g. "ofi") adds features of the
-# gex-shmem crate (ofi: the libfabric conduit, needs the system libfabric >= 1.17).
+# PREFIX defaults to /usr/local. CARGO_FEATURES (e.g. "ofi pmix") adds features of the
+# gex-shmem crate: ofi, the libfabric conduit (needs the system libfabric >= 1.17); pmix,
+# gex-boot's PMIx client, for Open MPI's mpirun, prterun and srun --mpi=pmix (needs the
+# system libpmix >= 4: libpmix-dev). mpiexec (MPICH's hydra), srun --mpi=pmi2 and
+# gex-run need no feature.
 # PROFILE=debug installs the debug build instead (what the sos step of ci/test uses: it
 # shares the artefacts of the test step's builds). The steps are gex-capi's
 # install-lib.sh, shared with crates/gex-capi/install.sh.

@@ -180,8 +180,9 @@ fn open_pmix(_d: &Detection) -> Result<Box<dyn Bootstrap>, BootError> {
 fn open_pmix(d: &Detection) -> Result<Box<dyn Bootstrap>, BootError> {
     Err(BootError::Environment(format!(
         "this process needs the PMIx bootstrap ({}), but this build of gex-boot has no \
-         PMIx client: rebuild with the cargo feature `gex-boot/pmix` (and libpmix-dev), or set \
-         {}={} to run it as a job of one rank",
+         PMIx client: rebuild with the cargo feature `gex-boot/pmix` (the `pmix` feature of \
+         gex, gex-perf and gex-info; C libraries: their install.sh with CARGO_FEATURES=pmix) \
+         and libpmix-dev, or set {}={} to run it as a job of one rank",
         d.reason,
         env::BOOT,
         env::BOOT_SINGLETON

@@ -14,16 +14,10 @@
 # frees all its heap blocks by exit (docs/capi.md, "Testing").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
-root="$PWD"
-TIMEOUT="${CAPI_TIMEOUT:-120s}"
+# shellcheck source=crates/gex-capi/tests/common.sh
+source crates/gex-capi/tests/common.sh
+c_test_setup c_examples
 VG_TIMEOUT="${CAPI_VALGRIND_TIMEOUT:-300s}"
-work="$(mktemp -d "${TMPDIR:-/tmp}/gex-capi-test.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
-prefix="$work/prefix"
-fail() {
-    echo "c_examples: $*" >&2
-    exit 1
-}
 
 echo "+ PREFIX=$prefix bash crates/gex-capi/install.sh"
 PREFIX="$prefix" bash crates/gex-capi/install.sh
@@ -52,18 +46,6 @@ if command -v c++ >/dev/null; then
     echo '#include <gex.h>' | c++ -x c++ -fsyntax-only -Wall -Werror $(pkg-config --cflags gex) -
 fi
 cd "$work"
-
-# run NAME EXPECTED_LINES REGEX CMD...: runs CMD, checks that exactly EXPECTED_LINES
-# lines of its output match REGEX.
-run() {
-    local name="$1" want="$2" re="$3" out n
-    shift 3
-    echo "+ ${*#"$work/"}"
-    out="$(timeout --kill-after=10s "$TIMEOUT" "$@" </dev/null)" || fail "$name: exit $?"
-    echo "$out" | sed 's/^/    /'
-    n="$(grep -c -E "$re" <<<"$out" || true)"
-    [[ "$n" == "$want" ]] || fail "$name: $n lines match '$re', expected $want"
-}
 
 run hello-1 1 '^hello from rank 0 of 1$' ./hello
 run hello-static 2 '^hello from rank [01] of 2$' "$gexrun" -n 2 ./hello_static
