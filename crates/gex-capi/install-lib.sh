@@ -10,8 +10,8 @@
 # the two libraries to lib/ and gex-run to bin/ (lib/pkgconfig is made for the caller's
 # .pc file). It sets `PREFIX`, `version` (the workspace's) and `system_libs` (what the
 # static library needs of the system for the features asked for: libfabric for `ofi`,
-# libpmix for `pmix`, as pkg-config or LIBFABRIC_DIR / LIBPMIX_DIR give them; the
-# shared library records its own); `fill TEMPLATE` then writes TEMPLATE with
+# libpmix for `pmix`, as pkg-config gives them or, with a run path, LIBFABRIC_DIR /
+# LIBPMIX_DIR; the shared library records its own); `fill TEMPLATE` then writes TEMPLATE with
 # @PREFIX@, @VERSION@ and @SYSTEM_LIBS@ filled in to its standard output.
 
 install_lib() {
@@ -36,31 +36,26 @@ install_lib() {
 # The system libraries of the features in $CARGO_FEATURES (space- or comma-separated),
 # as linker arguments on one line.
 features_system_libs() {
-    local f=" ${CARGO_FEATURES:-} " libs=() fl=() d
+    local f=" ${CARGO_FEATURES:-} " libs=()
     f="${f//,/ }"
-    if [[ "$f" == *" ofi "* ]]; then
-        if [[ -n "${LIBFABRIC_DIR:-}" ]]; then
-            for d in lib lib64; do
-                [[ -d "$LIBFABRIC_DIR/$d" ]] && libs+=("-L$LIBFABRIC_DIR/$d")
-            done
-            libs+=(-lfabric)
-        else
-            read -ra fl <<<"$(pkg-config --libs libfabric)"
-            libs+=("${fl[@]}")
-        fi
-    fi
-    if [[ "$f" == *" pmix "* ]]; then
-        if [[ -n "${LIBPMIX_DIR:-}" ]]; then
-            for d in lib lib64; do
-                [[ -d "$LIBPMIX_DIR/$d" ]] && libs+=("-L$LIBPMIX_DIR/$d" "-Wl,-rpath,$LIBPMIX_DIR/$d")
-            done
-            libs+=(-lpmix)
-        else
-            read -ra fl <<<"$(pkg-config --libs pmix)"
-            libs+=("${fl[@]}")
-        fi
-    fi
+    [[ "$f" == *" ofi "* ]] && system_lib fabric libfabric "${LIBFABRIC_DIR:-}"
+    [[ "$f" == *" pmix "* ]] && system_lib pmix pmix "${LIBPMIX_DIR:-}"
     echo "${libs[*]}"
+}
+
+# system_lib LIB PCNAME DIR: appends to the caller's `libs` the arguments that link
+# -lLIB: from DIR's lib/ or lib64/ (with a run path) when DIR is set, else pkg-config's.
+system_lib() {
+    local d fl=()
+    if [[ -n "$3" ]]; then
+        for d in lib lib64; do
+            [[ -d "$3/$d" ]] && libs+=("-L$3/$d" "-Wl,-rpath,$3/$d")
+        done
+        libs+=("-l$1")
+    else
+        read -ra fl <<<"$(pkg-config --libs "$2")"
+        libs+=("${fl[@]}")
+    fi
 }
 
 fill() {
